@@ -1,0 +1,146 @@
+// rdx: error types. Setup throws rdx::error; the data path returns statuses.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+namespace rdx {
+
+//! Library errors that are not an errno: bad arguments caught before the NIC.
+enum class errc {
+  ok = 0,
+  invalid_argument,   //!< a value outside what the call accepts
+  out_of_range,       //!< an offset/length outside a window or buffer
+  limit_exceeded,     //!< a depth, size or count above a device limit
+  not_ready,          //!< object not in a state that allows the call
+  wire_format,        //!< a malformed, truncated or foreign wire message
+  timed_out,          //!< a wait or a bootstrap step passed its deadline
+  no_device,          //!< no RDMA device matched
+  unsupported,        //!< the device or kernel does not do this
+  operation_failed,   //!< an earlier failure stopped this operation
+};
+}  // namespace rdx
+
+template <>
+struct std::is_error_code_enum<rdx::errc> : std::true_type {};
+
+namespace rdx {
+
+namespace detail {
+class rdx_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "rdx"; }
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::ok: return "success";
+      case errc::invalid_argument: return "invalid argument";
+      case errc::out_of_range: return "out of range";
+      case errc::limit_exceeded: return "device limit exceeded";
+      case errc::not_ready: return "object not ready";
+      case errc::wire_format: return "malformed wire message";
+      case errc::timed_out: return "timed out";
+      case errc::no_device: return "no RDMA device";
+      case errc::unsupported: return "not supported";
+      case errc::operation_failed: return "operation failed after an earlier error";
+    }
+    return "unknown rdx error";
+  }
+};
+
+class wc_category_impl final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "ibv_wc_status"; }
+  std::string message(int ev) const override {
+    std::string m = ibv_wc_status_str(static_cast<ibv_wc_status>(ev));
+    const char* h = hint(static_cast<ibv_wc_status>(ev));
+    if (h != nullptr && *h != '\0') {
+      m += " (";
+      m += h;
+      m += ")";
+    }
+    return m;
+  }
+  //! A short hint for the usual cause of a completion status.
+  static const char* hint(ibv_wc_status s) noexcept {
+    switch (s) {
+      case IBV_WC_RETRY_EXC_ERR: return "peer unreachable, wrong GID or QP number, or peer QP not ready";
+      case IBV_WC_REM_ACCESS_ERR: return "remote key, bounds or permission wrong for this remote range";
+      case IBV_WC_LOC_PROT_ERR: return "local buffer not inside a memory region with this lkey";
+      case IBV_WC_LOC_ACCESS_ERR: return "local memory region lacks the access the operation needs";
+      case IBV_WC_RNR_RETRY_EXC_ERR: return "receiver not ready: no receive was posted in time";
+      case IBV_WC_REM_INV_REQ_ERR: return "remote side refused the request: opcode, length or rights";
+      case IBV_WC_WR_FLUSH_ERR: return "queue pair went to error before this request ran";
+      case IBV_WC_LOC_LEN_ERR: return "message longer than the posted receive buffer";
+      default: return "";
+    }
+  }
+};
+}  // namespace detail
+
+//! Category of rdx's own error codes.
+inline const std::error_category& rdx_category() noexcept {
+  static const detail::rdx_category_impl c;
+  return c;
+}
+//! Category of work completion statuses (ibv_wc_status) with hints.
+inline const std::error_category& wc_category() noexcept {
+  static const detail::wc_category_impl c;
+  return c;
+}
+
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), rdx_category()}; }
+//! A work completion status as an error code (success maps to an empty code).
+inline std::error_code make_wc_error_code(ibv_wc_status s) noexcept {
+  return s == IBV_WC_SUCCESS ? std::error_code{} : std::error_code{static_cast<int>(s), wc_category()};
+}
+
+//! The one exception type of rdx: what failed ("verb on object"), and why.
+class error : public std::system_error {
+public:
+  error(std::error_code ec, const std::string& what) : std::system_error(ec, what) {}
+  error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
+};
+
+namespace detail {
+//! Throws rdx::error for a failed verb: "verb on object: strerror(err)".
+[[noreturn]] inline void throw_errno(std::string_view verb, std::string_view object, int err) {
+  std::string w(verb);
+  if (!object.empty()) {
+    w += " on ";
+    w += object;
+  }
+  throw error(std::error_code(err, std::generic_category()), w);
+}
+[[noreturn]] inline void throw_rdx(errc e, std::string_view what) { throw error(e, std::string(what)); }
+
+//! Log hook for failures that cannot be thrown (destructors).
+using log_hook_t = void (*)(std::string_view message) noexcept;
+inline void default_log_hook(std::string_view message) noexcept {
+  std::fprintf(stderr, "rdx: %.*s\n", static_cast<int>(message.size()), message.data());
+}
+inline log_hook_t& log_hook_ref() noexcept {
+  static log_hook_t hook = &default_log_hook;
+  return hook;
+}
+//! Reports a failed destroy once, never throws.
+inline void report_destroy_failure(std::string_view verb, int err) noexcept {
+  char buf[160];
+  int n = std::snprintf(buf, sizeof buf, "%.*s failed: errno %d", static_cast<int>(verb.size()), verb.data(), err);
+  log_hook_ref()(std::string_view(buf, n > 0 ? static_cast<std::size_t>(n) : 0));
+}
+}  // namespace detail
+
+//! Installs a hook that receives failures that cannot be thrown; returns the old one.
+inline detail::log_hook_t set_log_hook(detail::log_hook_t hook) noexcept {
+  auto& h = detail::log_hook_ref();
+  auto old = h;
+  h = hook != nullptr ? hook : &detail::default_log_hook;
+  return old;
+}
+
+}  // namespace rdx
