@@ -1,0 +1,70 @@
+// rdx: shared ownership of verbs objects, with children keeping parents alive.
+#pragma once
+
+#include <rdx/error.hpp>
+
+#include <array>
+#include <memory>
+#include <utility>
+
+namespace rdx::detail {
+
+//! Destroys a verbs object once the last owner lets go, then drops the parents
+//! it was created from (so a parent can never be destroyed while in use).
+template <class T>
+struct verbs_deleter {
+  using destroy_fn = int (*)(T*);
+  destroy_fn destroy = nullptr;
+  const char* verb = "";
+  std::array<std::shared_ptr<const void>, 3> parents{};
+  bool released = false;
+
+  void operator()(T* p) const noexcept {
+    if (p == nullptr || released || destroy == nullptr) return;
+    if (int rc = destroy(p); rc != 0) report_destroy_failure(verb, rc < 0 ? -rc : rc);
+  }
+};
+
+//! A shared verbs handle with the deleter above; owners wrap it and are move-only.
+template <class T>
+using shared_verbs = std::shared_ptr<T>;
+
+template <class T>
+[[nodiscard]] shared_verbs<T> make_shared_verbs(T* p, int (*destroy)(T*), const char* verb,
+                                                std::array<std::shared_ptr<const void>, 3> parents = {}) {
+  // If allocating the control block throws, shared_ptr calls the deleter: nothing leaks.
+  return shared_verbs<T>(p, verbs_deleter<T>{destroy, verb, std::move(parents), false});
+}
+
+//! Gives up ownership without destroying; refused while children still share it.
+template <class T>
+[[nodiscard]] T* release_verbs(shared_verbs<T>& h, const char* what) {
+  if (!h) return nullptr;
+  if (h.use_count() != 1) {
+    throw_rdx(errc::not_ready, std::string("release() of ") + what + ": objects created from it are still alive");
+  }
+  auto* d = std::get_deleter<verbs_deleter<T>>(h);
+  if (d != nullptr) d->released = true;
+  T* p = h.get();
+  h.reset();
+  return p;
+}
+
+//! Base for move-only owners: copying is deleted, a moved-from owner is empty.
+class move_only {
+public:
+  move_only() = default;
+  move_only(const move_only&) = delete;
+  move_only& operator=(const move_only&) = delete;
+  move_only(move_only&&) noexcept = default;
+  move_only& operator=(move_only&&) noexcept = default;
+  ~move_only() = default;
+};
+
+//! Null checks for from_native_handle()/adopt().
+template <class T>
+inline void refuse_null(T* p, std::string_view what) {
+  if (p == nullptr) throw_rdx(errc::invalid_argument, std::string(what) + ": null handle");
+}
+
+}  // namespace rdx::detail

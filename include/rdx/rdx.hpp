@@ -1,0 +1,17 @@
+// rdx: the core umbrella header. Needs only libibverbs: no CUDA, no rdma_cm.
+#pragma once
+
+#include <rdx/error.hpp>
+
+#include <rdx/verbs/address_handle.hpp>
+#include <rdx/verbs/completion.hpp>
+#include <rdx/verbs/completion_queue.hpp>
+#include <rdx/verbs/context.hpp>
+#include <rdx/verbs/device_list.hpp>
+#include <rdx/verbs/gid.hpp>
+#include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/poll.hpp>
+#include <rdx/verbs/post.hpp>
+#include <rdx/verbs/protection_domain.hpp>
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/work_request.hpp>

@@ -1,0 +1,266 @@
+// rdx: an open RDMA device (ibv_context), chosen by name, netdev or default.
+#pragma once
+
+#include <rdx/connect/endpoint.hpp>
+#include <rdx/detail/env.hpp>
+#include <rdx/detail/handle.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/device_list.hpp>
+
+#include <infiniband/verbs.h>
+#include <net/if.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace rdx {
+
+enum class port_state : int {
+  nop = IBV_PORT_NOP,
+  down = IBV_PORT_DOWN,
+  init = IBV_PORT_INIT,
+  armed = IBV_PORT_ARMED,
+  active = IBV_PORT_ACTIVE,
+  active_defer = IBV_PORT_ACTIVE_DEFER,
+};
+
+enum class link_layer : std::uint8_t {
+  unspecified = IBV_LINK_LAYER_UNSPECIFIED,
+  infiniband = IBV_LINK_LAYER_INFINIBAND,
+  ethernet = IBV_LINK_LAYER_ETHERNET,
+};
+
+[[nodiscard]] constexpr std::string_view to_string(port_state s) noexcept {
+  switch (s) {
+    case port_state::nop: return "NOP";
+    case port_state::down: return "DOWN";
+    case port_state::init: return "INIT";
+    case port_state::armed: return "ARMED";
+    case port_state::active: return "ACTIVE";
+    case port_state::active_defer: return "ACTIVE_DEFER";
+  }
+  return "UNKNOWN";
+}
+
+//! One port's attributes, typed; raw keeps everything ibv_query_port returned.
+struct port_attributes {
+  std::uint8_t port = 0;
+  port_state state = port_state::nop;
+  ibv_mtu max_mtu = IBV_MTU_1024;
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  std::uint16_t lid = 0;
+  std::uint16_t sm_lid = 0;
+  int gid_table_len = 0;
+  std::uint16_t pkey_table_len = 0;
+  link_layer link = link_layer::unspecified;
+  ibv_port_attr raw{};
+
+  [[nodiscard]] bool active() const noexcept { return state == port_state::active; }
+  [[nodiscard]] bool is_ethernet() const noexcept { return link == link_layer::ethernet; }
+  [[nodiscard]] bool is_infiniband() const noexcept {
+    return link == link_layer::infiniband || link == link_layer::unspecified;
+  }
+};
+
+//! Device attributes, typed; raw keeps everything ibv_query_device_ex returned.
+struct device_attributes {
+  std::string fw_ver;
+  std::uint64_t node_guid = 0;  //!< network byte order, as the device reports it
+  std::uint32_t vendor_id = 0;
+  std::uint32_t vendor_part_id = 0;
+  std::uint32_t hw_ver = 0;
+  std::uint64_t max_mr_size = 0;
+  int max_qp = 0;
+  int max_qp_wr = 0;
+  int max_sge = 0;
+  int max_cq = 0;
+  int max_cqe = 0;
+  int max_mr = 0;
+  int max_pd = 0;
+  int max_qp_rd_atom = 0;
+  int max_qp_init_rd_atom = 0;
+  int max_srq = 0;
+  int max_srq_wr = 0;
+  ibv_atomic_cap atomic_cap = IBV_ATOMIC_NONE;
+  std::uint8_t phys_port_cnt = 0;
+  ibv_device_attr_ex raw{};
+};
+
+//! An open device. Move-only; protection domains and CQs keep it alive.
+class context : detail::move_only {
+public:
+  //! Opens a device from a device_list entry.
+  //! @throws rdx::error naming the device when ibv_open_device fails.
+  explicit context(ibv_device* dev) {
+    detail::refuse_null(dev, "context(ibv_device*)");
+    ibv_context* c = ::ibv_open_device(dev);
+    if (c == nullptr) detail::throw_errno("ibv_open_device", device_name(dev), errno ? errno : ENODEV);
+    h_ = detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device");
+  }
+
+  //! Opens the device called name.
+  //! @throws rdx::error (errc::no_device) listing the devices present when none matches.
+  [[nodiscard]] static context open(std::string_view name) {
+    device_list list;
+    ibv_device* d = list.find(name);
+    if (d == nullptr) {
+      detail::throw_rdx(errc::no_device, "RDMA device \"" + std::string(name) +
+                                             "\" not found (devices present: " + list.names() + ")");
+    }
+    return context(d);
+  }
+
+  //! Opens the device whose port carries the network interface netdev ("eth0").
+  //! @throws rdx::error (errc::no_device) when no device is bound to it.
+  [[nodiscard]] static context open_netdev(std::string_view netdev) {
+    std::string nd(netdev);
+    unsigned ifindex = ::if_nametoindex(nd.c_str());
+    if (ifindex == 0) {
+      detail::throw_rdx(errc::no_device, "network interface \"" + nd + "\" does not exist");
+    }
+    device_list list;
+    for (ibv_device* d : list) {
+      context c(d);
+      if (c.carries_netdev(nd, ifindex)) return c;
+    }
+    detail::throw_rdx(errc::no_device, "no RDMA device is bound to network interface \"" + nd +
+                                           "\" (devices present: " + list.names() + ")");
+  }
+
+  //! Opens RDX_DEVICE if set, else the first device with an ACTIVE port.
+  //! @throws rdx::error (errc::no_device) saying what was found.
+  [[nodiscard]] static context open_default() {
+    if (auto name = detail::env_string("RDX_DEVICE")) return open(*name);
+    device_list list;
+    std::string seen;
+    for (ibv_device* d : list) {
+      context c(d);
+      if (c.first_active_port() != 0) return c;
+      if (!seen.empty()) seen += ", ";
+      seen += std::string(device_name(d)) + " (no ACTIVE port)";
+    }
+    detail::throw_rdx(errc::no_device, "no RDMA device with an ACTIVE port (devices present: " +
+                                           (seen.empty() ? std::string("none") : seen) + ")");
+  }
+
+  //! Takes ownership of an open ibv_context. @throws rdx::error on nullptr.
+  [[nodiscard]] static context from_native_handle(ibv_context* c) {
+    detail::refuse_null(c, "context::from_native_handle");
+    return context(detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device"));
+  }
+
+  [[nodiscard]] ibv_context* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership. @throws rdx::error while objects created from it are alive.
+  [[nodiscard]] ibv_context* release() { return detail::release_verbs(h_, "context"); }
+  //! Shared ownership of the native handle, for objects built on this one.
+  [[nodiscard]] const std::shared_ptr<ibv_context>& shared_handle() const noexcept { return h_; }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+  [[nodiscard]] std::string name() const { return std::string(device_name(h_->device)); }
+
+  //! @throws rdx::error when ibv_query_device_ex fails.
+  [[nodiscard]] device_attributes query_device() const {
+    device_attributes a;
+    if (int rc = ::ibv_query_device_ex(h_.get(), nullptr, &a.raw); rc != 0) {
+      detail::throw_errno("ibv_query_device_ex", name(), rc);
+    }
+    const ibv_device_attr& o = a.raw.orig_attr;
+    a.fw_ver = o.fw_ver;
+    a.node_guid = o.node_guid;
+    a.vendor_id = o.vendor_id;
+    a.vendor_part_id = o.vendor_part_id;
+    a.hw_ver = o.hw_ver;
+    a.max_mr_size = o.max_mr_size;
+    a.max_qp = o.max_qp;
+    a.max_qp_wr = o.max_qp_wr;
+    a.max_sge = o.max_sge;
+    a.max_cq = o.max_cq;
+    a.max_cqe = o.max_cqe;
+    a.max_mr = o.max_mr;
+    a.max_pd = o.max_pd;
+    a.max_qp_rd_atom = o.max_qp_rd_atom;
+    a.max_qp_init_rd_atom = o.max_qp_init_rd_atom;
+    a.max_srq = o.max_srq;
+    a.max_srq_wr = o.max_srq_wr;
+    a.atomic_cap = o.atomic_cap;
+    a.phys_port_cnt = o.phys_port_cnt;
+    return a;
+  }
+
+  //! @throws rdx::error naming the port when ibv_query_port fails (e.g. no such port).
+  [[nodiscard]] port_attributes query_port(std::uint8_t port) const {
+    port_attributes p;
+    p.port = port;
+    if (int rc = ::ibv_query_port(h_.get(), port, &p.raw); rc != 0) {
+      detail::throw_errno("ibv_query_port", name() + " port " + std::to_string(port), rc);
+    }
+    p.state = static_cast<port_state>(p.raw.state);
+    p.max_mtu = p.raw.max_mtu;
+    p.active_mtu = p.raw.active_mtu;
+    p.lid = p.raw.lid;
+    p.sm_lid = p.raw.sm_lid;
+    p.gid_table_len = p.raw.gid_tbl_len;
+    p.pkey_table_len = p.raw.pkey_tbl_len;
+    p.link = static_cast<link_layer>(p.raw.link_layer);
+    return p;
+  }
+
+  //! Number of physical ports.
+  [[nodiscard]] std::uint8_t port_count() const {
+    ibv_device_attr a{};
+    if (int rc = ::ibv_query_device(h_.get(), &a); rc != 0) detail::throw_errno("ibv_query_device", name(), rc);
+    return a.phys_port_cnt;
+  }
+
+  //! The first ACTIVE port (1-based), or 0 when none is.
+  [[nodiscard]] std::uint8_t first_active_port() const {
+    std::uint8_t n = port_count();
+    for (std::uint8_t p = 1; p <= n && p != 0; ++p) {
+      ibv_port_attr a{};
+      if (::ibv_query_port(h_.get(), p, &a) == 0 && a.state == IBV_PORT_ACTIVE) return p;
+    }
+    return 0;
+  }
+
+  //! The port to use by default: the first ACTIVE one, else port 1.
+  [[nodiscard]] std::uint8_t default_port() const {
+    std::uint8_t p = first_active_port();
+    return p != 0 ? p : std::uint8_t{1};
+  }
+
+private:
+  friend class protection_domain;
+  explicit context(std::shared_ptr<ibv_context> h) noexcept : h_(std::move(h)) {}
+
+  // True when a GID entry of any port is bound to the interface (ibv_query_gid_ex
+  // reports its ifindex; sysfs gid_attrs/ndevs where that verb is missing).
+  bool carries_netdev(const std::string& netdev, unsigned ifindex) const {
+    std::uint8_t n = port_count();
+    for (std::uint8_t p = 1; p <= n && p != 0; ++p) {
+      ibv_port_attr a{};
+      if (::ibv_query_port(h_.get(), p, &a) != 0) continue;
+      for (int i = 0; i < a.gid_tbl_len; ++i) {
+        ibv_gid_entry e{};
+        int rc = ::ibv_query_gid_ex(h_.get(), p, static_cast<std::uint32_t>(i), &e, 0);
+        if (rc == 0) {
+          if (e.ndev_ifindex == ifindex) return true;
+          continue;
+        }
+        if (rc != EOPNOTSUPP && rc != ENOSYS) continue;  // empty entry
+        std::ifstream f(std::string(h_->device->ibdev_path) + "/ports/" + std::to_string(p) +
+                        "/gid_attrs/ndevs/" + std::to_string(i));
+        std::string dev;
+        if (f && std::getline(f, dev) && dev == netdev) return true;
+      }
+    }
+    return false;
+  }
+
+  std::shared_ptr<ibv_context> h_;
+};
+
+}  // namespace rdx

@@ -1,0 +1,202 @@
+// rdx: memory regions over caller memory, and owning registered buffers.
+#pragma once
+
+#include <rdx/connect/endpoint.hpp>
+#include <rdx/detail/handle.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/protection_domain.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace rdx {
+
+//! Access rights of a memory region (and of a queue pair's remote side).
+//! Default for a region: local_write only; remote rights only when asked for.
+enum class access : unsigned {
+  none = 0,
+  local_write = IBV_ACCESS_LOCAL_WRITE,
+  remote_write = IBV_ACCESS_REMOTE_WRITE,
+  remote_read = IBV_ACCESS_REMOTE_READ,
+  remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,
+  mw_bind = IBV_ACCESS_MW_BIND,
+  zero_based = IBV_ACCESS_ZERO_BASED,
+  on_demand = IBV_ACCESS_ON_DEMAND,
+  relaxed_ordering = IBV_ACCESS_RELAXED_ORDERING,
+};
+
+[[nodiscard]] constexpr access operator|(access a, access b) noexcept {
+  return static_cast<access>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+[[nodiscard]] constexpr access operator&(access a, access b) noexcept {
+  return static_cast<access>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
+}
+[[nodiscard]] constexpr access operator~(access a) noexcept { return static_cast<access>(~static_cast<unsigned>(a)); }
+constexpr access& operator|=(access& a, access b) noexcept { return a = a | b; }
+constexpr access& operator&=(access& a, access b) noexcept { return a = a & b; }
+//! True when every right in want is in have.
+[[nodiscard]] constexpr bool has(access have, access want) noexcept { return (have & want) == want; }
+//! The flags as ibv_access_flags bits.
+[[nodiscard]] constexpr int to_ibv(access a) noexcept { return static_cast<int>(a); }
+
+//! Where a peer's memory is: address and rkey. A distinct type from local memory,
+//! so an rkey can never be used as an lkey.
+struct remote_ptr {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  [[nodiscard]] constexpr remote_ptr operator+(std::uint64_t offset) const noexcept { return {addr + offset, rkey}; }
+  friend constexpr bool operator==(const remote_ptr&, const remote_ptr&) = default;
+};
+
+//! True when [offset, offset + len) lies inside a peer's range, without overflow.
+[[nodiscard]] constexpr bool contains(const remote_descriptor& r, std::uint64_t offset, std::uint64_t len) noexcept {
+  return offset <= r.length && len <= r.length - offset;
+}
+//! The peer address at offset into a descriptor (unchecked: check with contains()).
+[[nodiscard]] constexpr remote_ptr at(const remote_descriptor& r, std::uint64_t offset = 0) noexcept {
+  return {r.addr + offset, r.rkey};
+}
+
+//! A registered memory region over caller memory. Move-only; keeps its
+//! protection domain alive; the memory must outlive it.
+class memory_region : detail::move_only {
+public:
+  //! Registers the bytes of a span.
+  //! @throws rdx::error naming address, length and rights when ibv_reg_mr fails.
+  template <class T>
+  memory_region(const protection_domain& pd, std::span<T> memory, access rights = access::local_write)
+      : memory_region(pd, static_cast<void*>(const_cast<std::remove_cv_t<T>*>(memory.data())), memory.size_bytes(),
+                      rights) {}
+
+  //! Registers length bytes at addr.
+  memory_region(const protection_domain& pd, void* addr, std::size_t length, access rights = access::local_write) {
+    if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) {
+      // Verbs requires local write with remote write or atomic; grant it rather than fail.
+      rights |= access::local_write;
+    }
+    ibv_mr* mr = ::ibv_reg_mr(pd.native_handle(), addr, length, to_ibv(rights));
+    if (mr == nullptr) {
+      char what[96];
+      std::snprintf(what, sizeof what, "%zu bytes at %p, access 0x%x", length, addr, to_ibv(rights));
+      detail::throw_errno("ibv_reg_mr", what, errno ? errno : ENOMEM);
+    }
+    h_ = detail::make_shared_verbs(mr, &::ibv_dereg_mr, "ibv_dereg_mr", {pd.shared_handle()});
+    rights_ = rights;
+  }
+
+  //! Takes ownership of a registered ibv_mr of pd.
+  //! @throws rdx::error on nullptr or an mr from another protection domain.
+  [[nodiscard]] static memory_region adopt(const protection_domain& pd, ibv_mr* mr) {
+    detail::refuse_null(mr, "memory_region::adopt");
+    if (mr->pd != pd.native_handle()) {
+      detail::throw_rdx(errc::invalid_argument, "memory_region::adopt: the ibv_mr belongs to another protection domain");
+    }
+    memory_region r;
+    r.h_ = detail::make_shared_verbs(mr, &::ibv_dereg_mr, "ibv_dereg_mr", {pd.shared_handle()});
+    r.rights_ = access::none;  // unknown: ibv_mr does not record its flags
+    return r;
+  }
+
+  [[nodiscard]] ibv_mr* native_handle() const noexcept { return h_.get(); }
+  [[nodiscard]] ibv_mr* release() { return detail::release_verbs(h_, "memory_region"); }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+  [[nodiscard]] std::uint32_t lkey() const noexcept { return h_->lkey; }
+  [[nodiscard]] std::uint32_t rkey() const noexcept { return h_->rkey; }
+  [[nodiscard]] void* addr() const noexcept { return h_->addr; }
+  [[nodiscard]] std::size_t length() const noexcept { return h_->length; }
+  //! The rights asked for at registration (none when adopted).
+  [[nodiscard]] access rights() const noexcept { return rights_; }
+
+  //! A local scatter-gather entry for [offset, offset + len) (checked by assert only:
+  //! this is on the data path).
+  [[nodiscard]] ibv_sge sge(std::size_t offset, std::size_t len) const noexcept {
+    assert(offset <= length() && len <= length() - offset && len <= UINT32_MAX);
+    return {reinterpret_cast<std::uint64_t>(static_cast<char*>(h_->addr) + offset), static_cast<std::uint32_t>(len),
+            h_->lkey};
+  }
+  //! A local scatter-gather entry for the whole region.
+  [[nodiscard]] ibv_sge sge() const noexcept { return sge(0, length()); }
+  //! A local scatter-gather entry for a sub-span of the registered memory.
+  template <class T>
+  [[nodiscard]] ibv_sge sge(std::span<T> part) const noexcept {
+    auto off = static_cast<std::size_t>(reinterpret_cast<const char*>(part.data()) - static_cast<const char*>(h_->addr));
+    return sge(off, part.size_bytes());
+  }
+  //! What a peer needs to reach this region: {addr, length, rkey}.
+  [[nodiscard]] remote_descriptor remote() const noexcept {
+    return {reinterpret_cast<std::uint64_t>(h_->addr), h_->rkey, h_->length};
+  }
+
+private:
+  memory_region() = default;
+  std::shared_ptr<ibv_mr> h_;
+  access rights_ = access::none;
+};
+
+//! Element types that may live in registered memory: bytes the NIC copies.
+template <class T>
+concept registrable = std::is_trivially_copyable_v<T> && !std::is_const_v<T>;
+
+//! An owning, page-aligned, zero-initialised buffer of n T, registered on creation.
+template <registrable T>
+class registered_buffer {
+public:
+  //! @throws rdx::error when registration fails; std::bad_alloc when memory is short.
+  registered_buffer(const protection_domain& pd, std::size_t count, access rights = access::local_write)
+      : mem_(allocate(count)), count_(count), mr_(pd, static_cast<void*>(mem_.get()), bytes(count), rights) {}
+
+  [[nodiscard]] T* data() const noexcept { return mem_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
+  [[nodiscard]] std::span<T> span() const noexcept { return {mem_.get(), count_}; }
+  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return mem_.get()[i]; }
+  [[nodiscard]] T* begin() const noexcept { return mem_.get(); }
+  [[nodiscard]] T* end() const noexcept { return mem_.get() + count_; }
+
+  [[nodiscard]] const memory_region& region() const noexcept { return mr_; }
+  [[nodiscard]] std::uint32_t lkey() const noexcept { return mr_.lkey(); }
+  [[nodiscard]] std::uint32_t rkey() const noexcept { return mr_.rkey(); }
+  //! A local scatter-gather entry for elements [first, first + n).
+  [[nodiscard]] ibv_sge sge(std::size_t first, std::size_t n) const noexcept {
+    return mr_.sge(first * sizeof(T), n * sizeof(T));
+  }
+  [[nodiscard]] ibv_sge sge() const noexcept { return mr_.sge(); }
+  [[nodiscard]] remote_descriptor remote() const noexcept { return mr_.remote(); }
+
+private:
+  struct free_deleter {
+    void operator()(T* p) const noexcept { std::free(p); }
+  };
+  static constexpr std::size_t page = 4096;
+  static std::size_t bytes(std::size_t count) {
+    if (count == 0) detail::throw_rdx(errc::invalid_argument, "registered_buffer: zero elements");
+    if (count > (SIZE_MAX - page) / sizeof(T)) {
+      detail::throw_rdx(errc::limit_exceeded, "registered_buffer: " + std::to_string(count) + " elements overflow");
+    }
+    return count * sizeof(T);
+  }
+  static std::unique_ptr<T, free_deleter> allocate(std::size_t count) {
+    std::size_t n = (bytes(count) + page - 1) / page * page;
+    void* p = std::aligned_alloc(page, n);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, n);
+    return std::unique_ptr<T, free_deleter>(static_cast<T*>(p));
+  }
+  // Declared in this order: the region is deregistered before the memory is freed.
+  std::unique_ptr<T, free_deleter> mem_;
+  std::size_t count_;
+  memory_region mr_;
+};
+
+}  // namespace rdx

@@ -1,0 +1,60 @@
+// rdx: fixed-capacity batches of work requests, posted with one call.
+#pragma once
+
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/work_request.hpp>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <system_error>
+
+namespace rdx {
+
+//! Up to N work requests built in place and posted with one ibv_post_send or
+//! ibv_post_recv (one doorbell). No allocation: storage is inline.
+template <class Wr, std::size_t N>
+class basic_batch {
+public:
+  static_assert(N > 0);
+  //! Appends a request; false when the batch is full.
+  [[nodiscard]] bool push(const Wr& w) noexcept {
+    if (size_ == N) return false;
+    wrs_[size_++] = w;
+    return true;
+  }
+  void clear() noexcept { size_ = 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] static constexpr std::size_t capacity() noexcept { return N; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] bool full() const noexcept { return size_ == N; }
+  [[nodiscard]] std::span<Wr> requests() noexcept { return {wrs_.data(), size_}; }
+  [[nodiscard]] Wr& operator[](std::size_t i) noexcept { return wrs_[i]; }
+
+private:
+  std::array<Wr, N> wrs_{};
+  std::size_t size_ = 0;
+};
+
+template <std::size_t N>
+using send_batch = basic_batch<send_wr, N>;
+template <std::size_t N>
+using recv_batch = basic_batch<recv_wr, N>;
+
+//! Posts a send batch with one call; on success the batch is cleared.
+//! @param bad_index when given and posting fails: index of the first request not posted.
+template <std::size_t N>
+[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch, std::size_t* bad_index = nullptr) noexcept {
+  std::error_code ec = qp.post_send(batch.requests(), bad_index);
+  if (!ec) batch.clear();
+  return ec;
+}
+//! Posts a receive batch with one call; on success the batch is cleared.
+template <std::size_t N>
+[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch, std::size_t* bad_index = nullptr) noexcept {
+  std::error_code ec = qp.post_recv(batch.requests(), bad_index);
+  if (!ec) batch.clear();
+  return ec;
+}
+
+}  // namespace rdx

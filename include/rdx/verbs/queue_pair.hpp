@@ -1,0 +1,465 @@
+// rdx: queue pairs (RC, UC, UD) with explicit state transitions, one-call
+// connect, device-checked limits and batched posting.
+#pragma once
+
+#include <rdx/connect/endpoint.hpp>
+#include <rdx/detail/handle.hpp>
+#include <rdx/detail/random.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/completion_queue.hpp>
+#include <rdx/verbs/context.hpp>
+#include <rdx/verbs/gid.hpp>
+#include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/protection_domain.hpp>
+#include <rdx/verbs/work_request.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+
+namespace rdx {
+
+enum class qp_type : int { rc = IBV_QPT_RC, uc = IBV_QPT_UC, ud = IBV_QPT_UD };
+
+enum class qp_state : int {
+  reset = IBV_QPS_RESET,
+  init = IBV_QPS_INIT,
+  rtr = IBV_QPS_RTR,
+  rts = IBV_QPS_RTS,
+  sqd = IBV_QPS_SQD,
+  sqe = IBV_QPS_SQE,
+  error = IBV_QPS_ERR,
+  unknown = IBV_QPS_UNKNOWN,
+};
+
+[[nodiscard]] constexpr std::string_view to_string(qp_state s) noexcept {
+  switch (s) {
+    case qp_state::reset: return "RESET";
+    case qp_state::init: return "INIT";
+    case qp_state::rtr: return "RTR";
+    case qp_state::rts: return "RTS";
+    case qp_state::sqd: return "SQD";
+    case qp_state::sqe: return "SQE";
+    case qp_state::error: return "ERROR";
+    case qp_state::unknown: return "UNKNOWN";
+  }
+  return "UNKNOWN";
+}
+[[nodiscard]] constexpr std::string_view to_string(qp_type t) noexcept {
+  switch (t) {
+    case qp_type::rc: return "RC";
+    case qp_type::uc: return "UC";
+    case qp_type::ud: return "UD";
+  }
+  return "?";
+}
+
+//! Q_Key rdx uses for UD queue pairs unless told otherwise.
+inline constexpr std::uint32_t default_qkey = 0x11111111;
+
+//! How to create a queue pair; every field has a default (DESIGN.md).
+struct queue_pair_attr {
+  qp_type type = qp_type::rc;
+  std::uint32_t max_send_wr = 256;
+  std::uint32_t max_recv_wr = 256;
+  std::uint32_t max_send_sge = 1;
+  std::uint32_t max_recv_sge = 1;
+  //! Inline payload bytes; unset: 64 where the device allows it, else what it grants.
+  std::optional<std::uint32_t> max_inline_data{};
+  std::uint8_t port = 0;                     //!< 0: the context's first ACTIVE port
+  std::optional<std::uint8_t> gid_index{};   //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
+  //! What the peer may do through this QP; memory regions still gate each range.
+  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+  std::uint16_t pkey_index = 0;
+  std::uint32_t qkey = default_qkey;         //!< UD only
+  bool sq_sig_all = false;
+};
+
+//! Connection settings (RTR and RTS); defaults from DESIGN.md, 0 = from the device.
+struct connect_options {
+  std::uint8_t timeout = 14;        //!< 4.096 us * 2^timeout; 0 (infinite) is refused
+  std::uint8_t retry_cnt = 7;
+  std::uint8_t rnr_retry = 7;       //!< 7 = retry forever
+  std::uint8_t min_rnr_timer = 12;
+  std::uint8_t max_rd_atomic = 0;       //!< outstanding reads/atomics we issue; 0: min(device, 16)
+  std::uint8_t max_dest_rd_atomic = 0;  //!< outstanding reads/atomics we serve; 0: min(device, 16)
+  ibv_mtu max_mtu = IBV_MTU_4096;       //!< path MTU = min(local active, remote, this)
+  std::uint8_t sl = 0;
+  std::uint8_t traffic_class = 0;
+  std::uint8_t hop_limit = 64;
+};
+
+namespace detail {
+//! Checks queue sizes against the device; the error names field, value and limit.
+inline void check_qp_attr(const queue_pair_attr& a, const device_attributes& d, std::string_view device) {
+  std::string obj = "queue_pair on " + std::string(device);
+  auto over = [&](const char* field, std::uint64_t v, int limit) {
+    if (v > static_cast<std::uint64_t>(limit < 0 ? 0 : limit)) {
+      throw_rdx(errc::limit_exceeded, limit_message(obj, field, v, static_cast<std::uint64_t>(limit)));
+    }
+  };
+  if (a.type != qp_type::rc && a.type != qp_type::uc && a.type != qp_type::ud) {
+    throw_rdx(errc::invalid_argument, obj + ": type must be RC, UC or UD");
+  }
+  if (a.max_send_wr == 0) throw_rdx(errc::invalid_argument, obj + ": max_send_wr = 0, need at least 1");
+  over("max_send_wr", a.max_send_wr, d.max_qp_wr);
+  over("max_recv_wr", a.max_recv_wr, d.max_qp_wr);
+  over("max_send_sge", a.max_send_sge, d.max_sge);
+  over("max_recv_sge", a.max_recv_sge, d.max_sge);
+  if (a.type == qp_type::ud && has(a.remote_access, access::remote_read)) {
+    // Not an error: UD ignores remote access; keep the value for RC/UC only.
+  }
+}
+
+//! Checks connection settings; timeout 0 disables retransmission (rxe hangs), so it is refused.
+inline void check_connect_options(const connect_options& o) {
+  auto bad = [](const char* field, unsigned v, const char* allowed) {
+    throw_rdx(errc::invalid_argument,
+              std::string("connect: ") + field + " = " + std::to_string(v) + " is invalid (" + allowed + ")");
+  };
+  if (o.timeout == 0) bad("timeout", 0, "1 to 31; 0 would disable retransmission");
+  if (o.timeout > 31) bad("timeout", o.timeout, "1 to 31");
+  if (o.retry_cnt > 7) bad("retry_cnt", o.retry_cnt, "0 to 7");
+  if (o.rnr_retry > 7) bad("rnr_retry", o.rnr_retry, "0 to 7");
+  if (o.min_rnr_timer > 31) bad("min_rnr_timer", o.min_rnr_timer, "0 to 31");
+  if (mtu_bytes(o.max_mtu) == 0) bad("max_mtu", static_cast<unsigned>(o.max_mtu), "IBV_MTU_256 to IBV_MTU_4096");
+}
+
+//! Checks a peer's endpoint before it reaches ibv_modify_qp.
+inline void check_remote_endpoint(const endpoint& r, bool roce) {
+  if (r.qpn == 0 || r.qpn > 0xffffffu) {
+    throw_rdx(errc::invalid_argument, "connect: remote qpn = " + std::to_string(r.qpn) + " is not a 24-bit QP number");
+  }
+  if (r.psn > 0xffffffu) {
+    throw_rdx(errc::invalid_argument, "connect: remote psn = " + std::to_string(r.psn) + " exceeds 24 bits");
+  }
+  if (mtu_bytes(r.mtu) == 0) {
+    throw_rdx(errc::invalid_argument, "connect: remote mtu = " + std::to_string(static_cast<int>(r.mtu)) + " is not an ibv_mtu");
+  }
+  if (roce && gid_is_zero(r.gid)) {
+    throw_rdx(errc::invalid_argument, "connect: remote endpoint has a zero GID, which a RoCE port cannot reach");
+  }
+  if (!roce && r.lid == 0 && gid_is_zero(r.gid)) {
+    throw_rdx(errc::invalid_argument, "connect: remote endpoint has neither a LID nor a GID");
+  }
+}
+
+[[nodiscard]] inline std::uint8_t clamp_rd_atomic(std::uint8_t asked, int device) noexcept {
+  int v = asked != 0 ? asked : std::min(device, 16);
+  return static_cast<std::uint8_t>(std::clamp(v, 1, 255));
+}
+}  // namespace detail
+
+//! A queue pair. Move-only; keeps its protection domain and CQs alive.
+//! Setup throws rdx::error; posting returns an std::error_code and never throws.
+class queue_pair : detail::move_only {
+public:
+  //! Creates a queue pair in RESET. Picks the port, the GID and a random
+  //! starting PSN (24 bits from getrandom).
+  //! @throws rdx::error (errc::limit_exceeded) naming field, value and limit for
+  //! sizes above the device's; rdx::error from ibv_create_qp otherwise.
+  queue_pair(const protection_domain& pd, const completion_queue& send_cq, const completion_queue& recv_cq,
+             const queue_pair_attr& attr = {})
+      : type_(attr.type) {
+    const context ctx = pd.device_context();
+    device_attributes da = ctx.query_device();
+    detail::check_qp_attr(attr, da, ctx.name());
+    port_ = attr.port != 0 ? attr.port : ctx.default_port();
+    port_attributes pa = ctx.query_port(port_);
+    gid_choice g = attr.gid_index ? use_gid_index(ctx, port_, *attr.gid_index) : select_gid(ctx, port_);
+    gid_ = g.gid;
+    gid_index_ = g.index;
+    lid_ = pa.lid;
+    active_mtu_ = pa.active_mtu;
+    roce_ = pa.is_ethernet();
+    psn_ = detail::random_psn();
+    remote_access_ = attr.remote_access;
+    qkey_ = attr.qkey;
+    pkey_index_ = attr.pkey_index;
+    max_rd_atomic_dev_ = da.max_qp_init_rd_atom;
+    max_dest_rd_atomic_dev_ = da.max_qp_rd_atom;
+
+    ibv_qp_init_attr ia{};
+    ia.send_cq = send_cq.native_handle();
+    ia.recv_cq = recv_cq.native_handle();
+    ia.qp_type = static_cast<ibv_qp_type>(attr.type);
+    ia.sq_sig_all = attr.sq_sig_all ? 1 : 0;
+    ia.cap.max_send_wr = attr.max_send_wr;
+    ia.cap.max_recv_wr = attr.max_recv_wr;
+    ia.cap.max_send_sge = attr.max_send_sge;
+    ia.cap.max_recv_sge = attr.max_recv_sge;
+    ia.cap.max_inline_data = attr.max_inline_data.value_or(64);
+    ibv_qp* qp = ::ibv_create_qp(pd.native_handle(), &ia);
+    int err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
+    if (qp == nullptr && !attr.max_inline_data && err == EINVAL) {
+      // The default inline size is a wish, not a requirement: retry without it.
+      ia.cap.max_inline_data = 0;
+      qp = ::ibv_create_qp(pd.native_handle(), &ia);
+      err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
+    }
+    if (qp == nullptr) {
+      char what[200];
+      std::snprintf(what, sizeof what,
+                    "%s QP on %s (max_send_wr %u, max_recv_wr %u, max_send_sge %u, max_recv_sge %u, max_inline_data %u)",
+                    std::string(to_string(attr.type)).c_str(), ctx.name().c_str(), attr.max_send_wr,
+                    attr.max_recv_wr, attr.max_send_sge, attr.max_recv_sge, ia.cap.max_inline_data);
+      detail::throw_errno("ibv_create_qp", what, err);
+    }
+    h_ = detail::make_shared_verbs(qp, &::ibv_destroy_qp, "ibv_destroy_qp",
+                                   {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle()});
+    caps_ = ia.cap;  // what the device granted (at least what was asked)
+    state_ = qp_state::reset;
+  }
+
+  [[nodiscard]] ibv_qp* native_handle() const noexcept { return h_.get(); }
+  [[nodiscard]] ibv_qp* release() { return detail::release_verbs(h_, "queue_pair"); }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+  [[nodiscard]] std::uint32_t qp_num() const noexcept { return h_->qp_num; }
+  [[nodiscard]] qp_type type() const noexcept { return type_; }
+  [[nodiscard]] std::uint8_t port() const noexcept { return port_; }
+  [[nodiscard]] std::uint8_t gid_index() const noexcept { return gid_index_; }
+  [[nodiscard]] std::uint32_t psn() const noexcept { return psn_; }
+  [[nodiscard]] std::uint32_t qkey() const noexcept { return qkey_; }
+  //! Sizes the device granted.
+  [[nodiscard]] const ibv_qp_cap& caps() const noexcept { return caps_; }
+  [[nodiscard]] std::uint32_t max_inline_data() const noexcept { return caps_.max_inline_data; }
+  //! The state rdx last moved the QP to (no syscall; see query_state()).
+  [[nodiscard]] qp_state state() const noexcept { return state_; }
+  //! The state the device reports (a syscall). @throws rdx::error on failure.
+  [[nodiscard]] qp_state query_state() const {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    if (int rc = ::ibv_query_qp(h_.get(), &a, IBV_QP_STATE, &ia); rc != 0) detail::throw_errno("ibv_query_qp", name(), rc);
+    return static_cast<qp_state>(a.qp_state);
+  }
+
+  //! What the peer needs to connect to this QP.
+  [[nodiscard]] endpoint local_endpoint() const noexcept {
+    endpoint e;
+    e.gid = gid_;
+    e.lid = lid_;
+    e.qpn = h_->qp_num;
+    e.psn = psn_;
+    e.mtu = active_mtu_;
+    e.port = port_;
+    e.gid_index = gid_index_;
+    return e;
+  }
+
+  // --- state transitions (each throws rdx::error naming the verb, state and QP) ---
+
+  //! RESET -> INIT: port, P_Key index and remote access (RC/UC) or Q_Key (UD).
+  void to_init() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = port_;
+    a.pkey_index = pkey_index_;
+    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if (type_ == qp_type::ud) {
+      a.qkey = qkey_;
+      mask |= IBV_QP_QKEY;
+    } else {
+      a.qp_access_flags = static_cast<unsigned>(to_ibv(remote_access_ & (access::remote_write | access::remote_read |
+                                                                        access::remote_atomic)));
+      mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    modify(a, mask, "INIT");
+  }
+
+  //! INIT -> RTR towards remote (RC/UC); for UD remote is unused.
+  void to_rtr(const endpoint& remote, const connect_options& opt = {}) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    int mask = IBV_QP_STATE;
+    if (type_ != qp_type::ud) {
+      detail::check_connect_options(opt);
+      detail::check_remote_endpoint(remote, roce_);
+      a.path_mtu = std::min({active_mtu_, remote.mtu, opt.max_mtu});
+      a.dest_qp_num = remote.qpn;
+      a.rq_psn = remote.psn;
+      a.ah_attr = address_handle::make_attr(remote, port_, gid_index_, opt.hop_limit);
+      a.ah_attr.sl = opt.sl;
+      if (a.ah_attr.is_global) a.ah_attr.grh.traffic_class = opt.traffic_class;
+      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+      if (type_ == qp_type::rc) {
+        a.max_dest_rd_atomic = detail::clamp_rd_atomic(opt.max_dest_rd_atomic, max_dest_rd_atomic_dev_);
+        a.min_rnr_timer = opt.min_rnr_timer;
+        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      }
+    }
+    modify(a, mask, "RTR");
+  }
+
+  //! RTR -> RTS with this QP's starting PSN and the retry settings (RC).
+  void to_rts(const connect_options& opt = {}) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = psn_;
+    int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (type_ == qp_type::rc) {
+      detail::check_connect_options(opt);
+      a.timeout = opt.timeout;
+      a.retry_cnt = opt.retry_cnt;
+      a.rnr_retry = opt.rnr_retry;
+      a.max_rd_atomic = detail::clamp_rd_atomic(opt.max_rd_atomic, max_rd_atomic_dev_);
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    modify(a, mask, "RTS");
+  }
+
+  //! Any state -> ERROR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR.
+  void to_error() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    modify(a, IBV_QP_STATE, "ERR");
+  }
+
+  //! Any state -> RESET: outstanding work is dropped without completions.
+  void to_reset() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RESET;
+    modify(a, IBV_QP_STATE, "RESET");
+  }
+
+  //! Connects an RC/UC queue pair to remote in one call: (RESET ->) INIT -> RTR -> RTS.
+  //! Settings are checked before anything reaches the device.
+  //! @throws rdx::error naming the failing transition ("ibv_modify_qp(RTR) on QP 0x12: ...").
+  void connect(const endpoint& remote, const connect_options& opt = {}) {
+    if (type_ == qp_type::ud) {
+      detail::throw_rdx(errc::invalid_argument, name() + ": connect() is for RC/UC; use activate() for UD");
+    }
+    detail::check_connect_options(opt);
+    detail::check_remote_endpoint(remote, roce_);
+    if (state_ != qp_state::reset && state_ != qp_state::init) {
+      detail::throw_rdx(errc::not_ready, name() + ": connect() needs RESET or INIT, the QP is in " +
+                                             std::string(to_string(state_)));
+    }
+    if (state_ == qp_state::reset) to_init();
+    to_rtr(remote, opt);
+    if (type_ == qp_type::rc || type_ == qp_type::uc) to_rts(opt);
+  }
+
+  //! Readies a UD queue pair to send and receive: RESET -> INIT -> RTR -> RTS.
+  void activate() {
+    if (type_ != qp_type::ud) detail::throw_rdx(errc::invalid_argument, name() + ": activate() is for UD; use connect()");
+    if (state_ == qp_state::reset) to_init();
+    to_rtr(endpoint{});
+    to_rts();
+  }
+
+  // --- data path: no allocation, no exception, no lock in rdx ---
+
+  //! Posts one send-queue work request (inline when it fits max_inline_data).
+  //! @return empty, errc::not_ready when the QP is not in RTS, or the errno from
+  //! ibv_post_send (ENOMEM: send queue full).
+  [[nodiscard]] std::error_code post_send(send_wr& w) noexcept {
+    if (state_ != qp_state::rts) [[unlikely]] return make_error_code(errc::not_ready);
+    prepare(w);
+    w.native().next = nullptr;
+    ibv_send_wr* bad = nullptr;
+    return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
+  }
+  [[nodiscard]] std::error_code post_send(send_wr&& w) noexcept { return post_send(w); }
+
+  //! Posts a batch with one call (one doorbell). On failure *bad_index, when
+  //! given, is the index of the first request not posted; those before it were.
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch, std::size_t* bad_index = nullptr) noexcept {
+    if (bad_index != nullptr) *bad_index = 0;
+    if (state_ != qp_state::rts) [[unlikely]] return make_error_code(errc::not_ready);
+    if (batch.empty()) return {};
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      prepare(batch[i]);
+      batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    std::error_code ec = post_result(::ibv_post_send(h_.get(), &batch[0].native(), &bad));
+    if (ec && bad_index != nullptr) *bad_index = index_of(batch, bad);
+    return ec;
+  }
+
+  //! Posts one receive. @return empty, errc::not_ready in RESET, or the errno
+  //! from ibv_post_recv (ENOMEM: receive queue full).
+  [[nodiscard]] std::error_code post_recv(recv_wr& w) noexcept {
+    if (state_ == qp_state::reset) [[unlikely]] return make_error_code(errc::not_ready);
+    w.native().next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    return post_result(::ibv_post_recv(h_.get(), &w.native(), &bad));
+  }
+  [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
+  //! Posts a batch of receives with one call.
+  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch, std::size_t* bad_index = nullptr) noexcept {
+    if (bad_index != nullptr) *bad_index = 0;
+    if (state_ == qp_state::reset) [[unlikely]] return make_error_code(errc::not_ready);
+    if (batch.empty()) return {};
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    std::error_code ec = post_result(::ibv_post_recv(h_.get(), &batch[0].native(), &bad));
+    if (ec && bad_index != nullptr) {
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (&batch[i].native() == bad) *bad_index = i;
+      }
+    }
+    return ec;
+  }
+
+  //! "QP 0x12" for messages.
+  [[nodiscard]] std::string name() const {
+    char b[24];
+    std::snprintf(b, sizeof b, "QP 0x%x", h_ ? h_->qp_num : 0u);
+    return b;
+  }
+
+private:
+  void prepare(send_wr& w) const noexcept {
+    if (w.inline_candidate() && caps_.max_inline_data != 0 && w.total_length() <= caps_.max_inline_data) {
+      w.native().send_flags |= IBV_SEND_INLINE;
+    }
+  }
+  static std::error_code post_result(int rc) noexcept {
+    if (rc == 0) return {};
+    int e = rc > 0 ? rc : (errno != 0 ? errno : EINVAL);
+    return {e, std::generic_category()};
+  }
+  static std::size_t index_of(std::span<send_wr> batch, const ibv_send_wr* bad) noexcept {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (&batch[i].native() == bad) return i;
+    }
+    return 0;
+  }
+  void modify(ibv_qp_attr& a, int mask, const char* target) {
+    if (int rc = ::ibv_modify_qp(h_.get(), &a, mask); rc != 0) {
+      detail::throw_errno(std::string("ibv_modify_qp(") + target + ")",
+                          name() + " in " + std::string(to_string(state_)), rc);
+    }
+    state_ = static_cast<qp_state>(a.qp_state);
+  }
+
+  std::shared_ptr<ibv_qp> h_;
+  ibv_qp_cap caps_{};
+  qp_type type_ = qp_type::rc;
+  qp_state state_ = qp_state::reset;
+  ibv_gid gid_{};
+  std::uint32_t psn_ = 0;
+  std::uint32_t qkey_ = default_qkey;
+  std::uint16_t lid_ = 0;
+  std::uint16_t pkey_index_ = 0;
+  ibv_mtu active_mtu_ = IBV_MTU_1024;
+  access remote_access_ = access::none;
+  int max_rd_atomic_dev_ = 1;
+  int max_dest_rd_atomic_dev_ = 1;
+  std::uint8_t port_ = 1;
+  std::uint8_t gid_index_ = 0;
+  bool roce_ = false;
+};
+
+}  // namespace rdx

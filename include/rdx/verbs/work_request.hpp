@@ -1,0 +1,244 @@
+// rdx: typed work-request builders (send, recv, write, write with immediate,
+// read, fetch-and-add, compare-and-swap). No allocation; wr_id carries a pointer.
+#pragma once
+
+#include <rdx/verbs/address_handle.hpp>
+#include <rdx/verbs/completion.hpp>
+#include <rdx/verbs/memory_region.hpp>
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <span>
+
+namespace rdx {
+
+//! A send-queue work request: ibv_send_wr plus room for a one-entry SGL, so a
+//! builder given a single ibv_sge owns it. A longer SGL (a span) is referenced
+//! and must outlive the post. Signaled by default; inline is decided at post
+//! time from the queue pair's max_inline_data unless no_inline() is set.
+class send_wr {
+public:
+  send_wr() noexcept { wr_.sg_list = &sge_; }
+  send_wr(const send_wr& o) noexcept { copy_from(o); }
+  send_wr& operator=(const send_wr& o) noexcept {
+    if (this != &o) copy_from(o);
+    return *this;
+  }
+  ~send_wr() = default;
+
+  //! Carries ctx's address as wr_id (read back with completion::context<T>()).
+  send_wr& context(const void* ctx) noexcept {
+    wr_.wr_id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
+    return *this;
+  }
+  send_wr& id(std::uint64_t wr_id) noexcept {
+    wr_.wr_id = wr_id;
+    return *this;
+  }
+  send_wr& signaled(bool on = true) noexcept { return flag(IBV_SEND_SIGNALED, on); }
+  send_wr& unsignaled() noexcept { return flag(IBV_SEND_SIGNALED, false); }
+  send_wr& fence(bool on = true) noexcept { return flag(IBV_SEND_FENCE, on); }
+  send_wr& solicited(bool on = true) noexcept { return flag(IBV_SEND_SOLICITED, on); }
+  //! Never send inline, even when the payload is small enough.
+  send_wr& no_inline() noexcept {
+    no_inline_ = true;
+    return flag(IBV_SEND_INLINE, false);
+  }
+  //! UD destination: the address handle, the remote QP number and its Q_Key.
+  send_wr& to(const address_handle& ah, std::uint32_t remote_qpn, std::uint32_t remote_qkey) noexcept {
+    wr_.wr.ud.ah = ah.native_handle();
+    wr_.wr.ud.remote_qpn = remote_qpn;
+    wr_.wr.ud.remote_qkey = remote_qkey;
+    return *this;
+  }
+
+  [[nodiscard]] ibv_send_wr& native() noexcept { return wr_; }
+  [[nodiscard]] const ibv_send_wr& native() const noexcept { return wr_; }
+  [[nodiscard]] ibv_wr_opcode opcode() const noexcept { return wr_.opcode; }
+  [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_.wr_id; }
+  [[nodiscard]] unsigned flags() const noexcept { return wr_.send_flags; }
+  [[nodiscard]] std::span<const ibv_sge> sgl() const noexcept {
+    return {wr_.sg_list, static_cast<std::size_t>(wr_.num_sge)};
+  }
+  //! Bytes the SGL covers.
+  [[nodiscard]] std::uint64_t total_length() const noexcept {
+    std::uint64_t n = 0;
+    for (int i = 0; i < wr_.num_sge; ++i) n += wr_.sg_list[i].length;
+    return n;
+  }
+  //! Whether the payload may be inlined (send and write kinds, not disabled).
+  [[nodiscard]] bool inline_candidate() const noexcept {
+    return !no_inline_ && (wr_.opcode == IBV_WR_SEND || wr_.opcode == IBV_WR_SEND_WITH_IMM ||
+                           wr_.opcode == IBV_WR_RDMA_WRITE || wr_.opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+  }
+
+  // Used by the builders below.
+  static send_wr make(ibv_wr_opcode op, const ibv_sge& one, const void* ctx) noexcept {
+    send_wr w;
+    w.sge_ = one;
+    w.wr_.sg_list = &w.sge_;
+    w.wr_.num_sge = 1;
+    w.init(op, ctx);
+    return w;
+  }
+  static send_wr make(ibv_wr_opcode op, std::span<const ibv_sge> sgl, const void* ctx) noexcept {
+    send_wr w;
+    if (!sgl.empty()) w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());  // verbs never writes the SGL
+    w.wr_.num_sge = static_cast<int>(sgl.size());
+    w.init(op, ctx);
+    return w;
+  }
+  send_wr& remote(remote_ptr r) noexcept {
+    wr_.wr.rdma.remote_addr = r.addr;
+    wr_.wr.rdma.rkey = r.rkey;
+    return *this;
+  }
+  send_wr& atomic(remote_ptr r, std::uint64_t compare_add, std::uint64_t swap) noexcept {
+    wr_.wr.atomic.remote_addr = r.addr;
+    wr_.wr.atomic.rkey = r.rkey;
+    wr_.wr.atomic.compare_add = compare_add;
+    wr_.wr.atomic.swap = swap;
+    return *this;
+  }
+  send_wr& imm(std::uint32_t host_order) noexcept {
+    wr_.imm_data = htonl(host_order);
+    return *this;
+  }
+
+private:
+  void init(ibv_wr_opcode op, const void* ctx) noexcept {
+    wr_.opcode = op;
+    wr_.send_flags = IBV_SEND_SIGNALED;
+    context(ctx);
+  }
+  send_wr& flag(unsigned f, bool on) noexcept {
+    wr_.send_flags = on ? (wr_.send_flags | f) : (wr_.send_flags & ~f);
+    return *this;
+  }
+  void copy_from(const send_wr& o) noexcept {
+    wr_ = o.wr_;
+    sge_ = o.sge_;
+    no_inline_ = o.no_inline_;
+    if (o.wr_.sg_list == &o.sge_) wr_.sg_list = &sge_;
+    wr_.next = nullptr;
+  }
+  ibv_send_wr wr_{};
+  ibv_sge sge_{};
+  bool no_inline_ = false;
+};
+
+//! A receive work request: ibv_recv_wr plus room for a one-entry SGL.
+class recv_wr {
+public:
+  recv_wr() noexcept { wr_.sg_list = &sge_; }
+  recv_wr(const recv_wr& o) noexcept { copy_from(o); }
+  recv_wr& operator=(const recv_wr& o) noexcept {
+    if (this != &o) copy_from(o);
+    return *this;
+  }
+  ~recv_wr() = default;
+
+  recv_wr& context(const void* ctx) noexcept {
+    wr_.wr_id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
+    return *this;
+  }
+  recv_wr& id(std::uint64_t wr_id) noexcept {
+    wr_.wr_id = wr_id;
+    return *this;
+  }
+  [[nodiscard]] ibv_recv_wr& native() noexcept { return wr_; }
+  [[nodiscard]] const ibv_recv_wr& native() const noexcept { return wr_; }
+  [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_.wr_id; }
+  [[nodiscard]] std::span<const ibv_sge> sgl() const noexcept {
+    return {wr_.sg_list, static_cast<std::size_t>(wr_.num_sge)};
+  }
+
+  static recv_wr make(const ibv_sge& one, const void* ctx) noexcept {
+    recv_wr w;
+    w.sge_ = one;
+    w.wr_.sg_list = &w.sge_;
+    w.wr_.num_sge = 1;
+    w.context(ctx);
+    return w;
+  }
+  static recv_wr make(std::span<const ibv_sge> sgl, const void* ctx) noexcept {
+    recv_wr w;
+    if (!sgl.empty()) w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());
+    w.wr_.num_sge = static_cast<int>(sgl.size());
+    w.context(ctx);
+    return w;
+  }
+
+private:
+  void copy_from(const recv_wr& o) noexcept {
+    wr_ = o.wr_;
+    sge_ = o.sge_;
+    if (o.wr_.sg_list == &o.sge_) wr_.sg_list = &sge_;
+    wr_.next = nullptr;
+  }
+  ibv_recv_wr wr_{};
+  ibv_sge sge_{};
+};
+
+//! Builders. Each takes the local memory as one ibv_sge (copied into the
+//! request) or an SGL span (referenced: keep it alive until posted), the
+//! remote side as a remote_ptr (never an lkey), and the operation's state as
+//! ctx, carried in wr_id.
+namespace wr {
+
+[[nodiscard]] inline send_wr send(const ibv_sge& src, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_SEND, src, ctx);
+}
+[[nodiscard]] inline send_wr send(std::span<const ibv_sge> src, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_SEND, src, ctx);
+}
+//! Send with 32-bit immediate data (host order; the receiver reads completion::imm()).
+[[nodiscard]] inline send_wr send_imm(const ibv_sge& src, std::uint32_t imm, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
+}
+[[nodiscard]] inline send_wr send_imm(std::span<const ibv_sge> src, std::uint32_t imm, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
+}
+[[nodiscard]] inline send_wr write(const ibv_sge& src, remote_ptr dst, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
+}
+[[nodiscard]] inline send_wr write(std::span<const ibv_sge> src, remote_ptr dst, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
+}
+//! RDMA write that also consumes a receive at the peer, carrying imm (host order).
+[[nodiscard]] inline send_wr write_imm(const ibv_sge& src, remote_ptr dst, std::uint32_t imm,
+                                       const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
+}
+[[nodiscard]] inline send_wr write_imm(std::span<const ibv_sge> src, remote_ptr dst, std::uint32_t imm,
+                                       const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
+}
+[[nodiscard]] inline send_wr read(const ibv_sge& dst, remote_ptr src, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
+}
+[[nodiscard]] inline send_wr read(std::span<const ibv_sge> dst, remote_ptr src, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
+}
+//! Atomically adds add to the 8-byte remote word; the old value lands in old_value (8 bytes).
+[[nodiscard]] inline send_wr fetch_add(const ibv_sge& old_value, remote_ptr target, std::uint64_t add,
+                                       const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_ATOMIC_FETCH_AND_ADD, old_value, ctx).atomic(target, add, 0);
+}
+//! Atomically replaces the 8-byte remote word with desired if it equals expected;
+//! the old value lands in old_value (8 bytes).
+[[nodiscard]] inline send_wr compare_swap(const ibv_sge& old_value, remote_ptr target, std::uint64_t expected,
+                                          std::uint64_t desired, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_ATOMIC_CMP_AND_SWP, old_value, ctx).atomic(target, expected, desired);
+}
+[[nodiscard]] inline recv_wr recv(const ibv_sge& dst, const void* ctx = nullptr) noexcept {
+  return recv_wr::make(dst, ctx);
+}
+[[nodiscard]] inline recv_wr recv(std::span<const ibv_sge> dst, const void* ctx = nullptr) noexcept {
+  return recv_wr::make(dst, ctx);
+}
+
+}  // namespace wr
+}  // namespace rdx
