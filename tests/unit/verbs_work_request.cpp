@@ -1,0 +1,172 @@
+// Unit tests (no device): typed work-request builders, batches, and the
+// setup checks that reject bad sizes and settings before the device sees them.
+#include <rdx/verbs/post.hpp>
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/work_request.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace {
+ibv_sge sge(std::uint64_t addr, std::uint32_t len, std::uint32_t lkey = 0x11) { return {addr, len, lkey}; }
+struct op_state {
+  int n = 0;
+};
+}  // namespace
+
+TEST_CASE("send and recv builders carry the SGL and the operation's pointer") {
+  op_state st;
+  auto s = rdx::wr::send(sge(0x1000, 64), &st);
+  CHECK(s.opcode() == IBV_WR_SEND);
+  CHECK(s.wr_id() == rdx::to_wr_id(&st));
+  REQUIRE(s.sgl().size() == 1);
+  CHECK(s.sgl()[0].addr == 0x1000);
+  CHECK(s.sgl()[0].length == 64);
+  CHECK((s.flags() & IBV_SEND_SIGNALED) != 0);
+  CHECK(s.inline_candidate());
+
+  auto r = rdx::wr::recv(sge(0x2000, 128), &st);
+  CHECK(r.wr_id() == rdx::to_wr_id(&st));
+  REQUIRE(r.sgl().size() == 1);
+  CHECK(r.sgl()[0].addr == 0x2000);
+
+  auto si = rdx::wr::send_imm(sge(0x1000, 8), 0xdeadbeef);
+  CHECK(si.opcode() == IBV_WR_SEND_WITH_IMM);
+  CHECK(si.native().imm_data == htonl(0xdeadbeefu));
+}
+
+TEST_CASE("copies of a request point at their own single SGE") {
+  auto a = rdx::wr::write(sge(0x1000, 64), {0x9000, 0x77});
+  auto b = a;
+  CHECK(b.native().sg_list != a.native().sg_list);
+  CHECK(b.sgl()[0].addr == 0x1000);
+  rdx::send_wr c;
+  c = a;
+  CHECK(c.native().sg_list != a.native().sg_list);
+  CHECK(c.sgl()[0].length == 64);
+}
+
+TEST_CASE("a multi-entry SGL is referenced, not copied") {
+  std::array<ibv_sge, 3> sgl{sge(0x1000, 16), sge(0x2000, 32), sge(0x3000, 48)};
+  auto w = rdx::wr::write(sgl, {0x9000, 0x55});
+  CHECK(w.native().sg_list == sgl.data());
+  CHECK(w.native().num_sge == 3);
+  CHECK(w.total_length() == 96);
+  auto copy = w;
+  CHECK(copy.native().sg_list == sgl.data());
+  auto r = rdx::wr::recv(std::span<const ibv_sge>(sgl));
+  CHECK(r.native().num_sge == 3);
+}
+
+TEST_CASE("one-sided builders fill the remote side and never an lkey") {
+  rdx::remote_ptr dst{0xabc000, 0x1234};
+  auto w = rdx::wr::write(sge(0x1000, 64), dst);
+  CHECK(w.opcode() == IBV_WR_RDMA_WRITE);
+  CHECK(w.native().wr.rdma.remote_addr == 0xabc000);
+  CHECK(w.native().wr.rdma.rkey == 0x1234);
+  CHECK(w.sgl()[0].lkey == 0x11);
+
+  auto wi = rdx::wr::write_imm(sge(0x1000, 64), dst + 64, 42);
+  CHECK(wi.opcode() == IBV_WR_RDMA_WRITE_WITH_IMM);
+  CHECK(wi.native().wr.rdma.remote_addr == 0xabc040);
+  CHECK(ntohl(wi.native().imm_data) == 42);
+
+  auto rd = rdx::wr::read(sge(0x1000, 64), dst);
+  CHECK(rd.opcode() == IBV_WR_RDMA_READ);
+  CHECK_FALSE(rd.inline_candidate());
+
+  auto fa = rdx::wr::fetch_add(sge(0x1000, 8), dst, 5);
+  CHECK(fa.opcode() == IBV_WR_ATOMIC_FETCH_AND_ADD);
+  CHECK(fa.native().wr.atomic.remote_addr == 0xabc000);
+  CHECK(fa.native().wr.atomic.compare_add == 5);
+  CHECK_FALSE(fa.inline_candidate());
+
+  auto cs = rdx::wr::compare_swap(sge(0x1000, 8), dst, 1, 2);
+  CHECK(cs.opcode() == IBV_WR_ATOMIC_CMP_AND_SWP);
+  CHECK(cs.native().wr.atomic.compare_add == 1);
+  CHECK(cs.native().wr.atomic.swap == 2);
+}
+
+TEST_CASE("flags are set and cleared fluently") {
+  auto w = rdx::wr::send(sge(0x1000, 8)).unsignaled().fence().solicited();
+  CHECK((w.flags() & IBV_SEND_SIGNALED) == 0);
+  CHECK((w.flags() & IBV_SEND_FENCE) != 0);
+  CHECK((w.flags() & IBV_SEND_SOLICITED) != 0);
+  w.no_inline();
+  CHECK_FALSE(w.inline_candidate());
+  w.id(99);
+  CHECK(w.wr_id() == 99);
+}
+
+TEST_CASE("a batch holds a fixed number of requests") {
+  rdx::send_batch<4> b;
+  CHECK(b.empty());
+  for (int i = 0; i < 4; ++i) CHECK(b.push(rdx::wr::send(sge(0x1000 + static_cast<unsigned>(i), 8))));
+  CHECK(b.full());
+  CHECK_FALSE(b.push(rdx::wr::send(sge(0x5000, 8))));
+  REQUIRE(b.requests().size() == 4);
+  // Each stored request owns its single SGE.
+  CHECK(b[2].native().sg_list->addr == 0x1002);
+  b.clear();
+  CHECK(b.empty());
+}
+
+TEST_CASE("queue sizes above the device limits are refused, naming field, value and limit") {
+  rdx::device_attributes d;
+  d.max_qp_wr = 1024;
+  d.max_sge = 4;
+  rdx::queue_pair_attr ok;
+  CHECK_NOTHROW(rdx::detail::check_qp_attr(ok, d, "dev0"));
+  rdx::queue_pair_attr deep{.max_send_wr = 4096};
+  CHECK_THROWS_WITH(rdx::detail::check_qp_attr(deep, d, "dev0"),
+                    Catch::Contains("max_send_wr = 4096") && Catch::Contains("1024") && Catch::Contains("dev0"));
+  rdx::queue_pair_attr rq{.max_recv_wr = 1025};
+  CHECK_THROWS_WITH(rdx::detail::check_qp_attr(rq, d, "dev0"), Catch::Contains("max_recv_wr = 1025"));
+  rdx::queue_pair_attr sges{.max_send_sge = 5};
+  CHECK_THROWS_WITH(rdx::detail::check_qp_attr(sges, d, "dev0"), Catch::Contains("max_send_sge = 5"));
+  try {
+    rdx::detail::check_qp_attr(deep, d, "dev0");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == rdx::errc::limit_exceeded);
+  }
+}
+
+TEST_CASE("connect settings are checked: timeout 0 is refused") {
+  rdx::connect_options o;
+  CHECK(o.timeout == 14);
+  CHECK(o.retry_cnt == 7);
+  CHECK(o.rnr_retry == 7);
+  CHECK(o.min_rnr_timer == 12);
+  CHECK_NOTHROW(rdx::detail::check_connect_options(o));
+  CHECK_THROWS_WITH(rdx::detail::check_connect_options({.timeout = 0}),
+                    Catch::Contains("timeout = 0") && Catch::Contains("retransmission"));
+  CHECK_THROWS_WITH(rdx::detail::check_connect_options({.timeout = 32}), Catch::Contains("timeout = 32"));
+  CHECK_THROWS_WITH(rdx::detail::check_connect_options({.retry_cnt = 8}), Catch::Contains("retry_cnt = 8"));
+  CHECK_THROWS_WITH(rdx::detail::check_connect_options({.rnr_retry = 9}), Catch::Contains("rnr_retry = 9"));
+}
+
+TEST_CASE("a remote endpoint is checked before it reaches the device") {
+  rdx::endpoint r;
+  r.qpn = 0x12;
+  r.psn = 0x123456;
+  r.mtu = IBV_MTU_1024;
+  r.gid = *rdx::parse_gid("10.77.0.1");
+  CHECK_NOTHROW(rdx::detail::check_remote_endpoint(r, true));
+  auto bad = r;
+  bad.qpn = 0x1000000;
+  CHECK_THROWS_WITH(rdx::detail::check_remote_endpoint(bad, true), Catch::Contains("qpn"));
+  bad = r;
+  bad.psn = 0x1000000;
+  CHECK_THROWS_WITH(rdx::detail::check_remote_endpoint(bad, true), Catch::Contains("psn"));
+  bad = r;
+  bad.gid = ibv_gid{};
+  CHECK_THROWS_WITH(rdx::detail::check_remote_endpoint(bad, true), Catch::Contains("zero GID"));
+  bad.lid = 3;
+  CHECK_NOTHROW(rdx::detail::check_remote_endpoint(bad, false));
+  bad = r;
+  bad.mtu = static_cast<ibv_mtu>(9);
+  CHECK_THROWS_WITH(rdx::detail::check_remote_endpoint(bad, true), Catch::Contains("mtu"));
+}
