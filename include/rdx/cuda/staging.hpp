@@ -1,0 +1,190 @@
+// rdx::cuda: the GPU halves of a host-staged transfer. Where GPU memory
+// cannot be registered with the RDMA device, bytes travel through pinned host
+// bounce buffers in chunks: device to host on the sender, host to device on
+// the receiver, each chunk's copy overlapped with the network work of its
+// neighbours.
+//
+// The network side stays abstract: the sender hands each chunk that has
+// reached host memory to a callable (which posts the RDMA write, say), and
+// the receiver asks a callable to fill each chunk (waiting for it to land)
+// before copying it to the GPU.
+#pragma once
+
+#include <rdx/cuda/check.hpp>
+#include <rdx/cuda/memory.hpp>
+#include <rdx/cuda/probe.hpp>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rdx::cuda {
+
+//! Chunking and buffering of a staging pipeline.
+struct staging_options {
+  std::size_t chunk_bytes = std::size_t{4} << 20;  //!< bytes per chunk; a multiple of 4 KiB
+  std::size_t depth = 2;                           //!< bounce buffers; at least 2
+  int device = -1;                                 //!< CUDA device; -1: the current one
+};
+
+//! One chunk sitting in a bounce buffer.
+struct staged_chunk {
+  std::size_t index = 0;        //!< chunk number in the transfer, from 0
+  std::size_t offset = 0;       //!< byte offset of the chunk in the transfer
+  std::size_t slot = 0;         //!< bounce buffer number (0 .. depth-1)
+  std::span<std::byte> host;    //!< the chunk's bytes in the bounce buffer
+  bool last = false;            //!< the transfer's final chunk
+};
+
+//! What a transfer did, for the caller and for logs.
+struct transfer_stats {
+  gpu_path path = gpu_path::staged;  //!< the path the bytes took
+  std::size_t bytes = 0;
+  std::size_t chunks = 0;
+  double seconds = 0;
+  [[nodiscard]] double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+};
+
+//! Called once per chunk, in order, once its bytes are in host memory (the
+//! sender's RDMA write of the chunk goes here). When it returns, the slot may
+//! be refilled, unless the callable also has wait_slot (see below).
+template <class F>
+concept chunk_sink = std::invocable<F&, const staged_chunk&>;
+
+//! Called once per chunk, in order, to fill its host bytes (the receiver
+//! waits for the chunk's RDMA write to land here); the chunk is copied to the
+//! GPU when it returns.
+template <class F>
+concept chunk_source = std::invocable<F&, const staged_chunk&>;
+
+//! A sink that lets its RDMA writes run on after it returns names
+//! wait_slot(slot): the pipeline calls it before refilling that bounce buffer.
+template <class F>
+concept slot_waiter = requires(F& f, std::size_t slot) { f.wait_slot(slot); };
+
+//! Pinned bounce buffers, a dedicated stream and one event per buffer.
+class staging_pipeline {
+public:
+  //! @throws rdx::error (invalid_argument) for a chunk size that is zero or
+  //!         not a multiple of 4 KiB, or a depth under 2
+  //! @throws rdx::cuda::cuda_error when pinned memory, stream or events fail
+  explicit staging_pipeline(const staging_options& o = {})
+      : opt_(validated(o)), bounce_(opt_.chunk_bytes * opt_.depth), stream_(make_stream(opt_.device)) {
+    device_guard g(opt_.device);
+    events_.reserve(opt_.depth);
+    for (std::size_t i = 0; i < opt_.depth; ++i) events_.emplace_back();
+  }
+
+  static constexpr std::size_t chunk_alignment = 4096;
+
+  [[nodiscard]] const staging_options& options() const noexcept { return opt_; }
+  //! Always gpu_path::staged: the path a transfer through this pipeline takes.
+  [[nodiscard]] static constexpr gpu_path path() noexcept { return gpu_path::staged; }
+  //! All bounce buffers, one contiguous pinned range: register it once with
+  //! the RDMA device; slot k starts at k * chunk_bytes.
+  [[nodiscard]] std::span<std::byte> bounce_buffers() const noexcept { return bounce_.span(); }
+  //! The dedicated copy stream.
+  [[nodiscard]] const cuda::stream& copy_stream() const noexcept { return stream_; }
+
+  //! Sender half: copies device bytes [src, src + bytes) to host chunk by
+  //! chunk, handing each to sink as soon as it is there, while the next
+  //! chunks' copies run.
+  //! @throws rdx::cuda::cuda_error for a failed copy; whatever sink throws
+  template <chunk_sink Sink>
+  transfer_stats send(const void* device_src, std::size_t bytes, Sink&& sink) {
+    device_guard g(opt_.device);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::size_t n = chunk_count(bytes);
+    const auto* src = static_cast<const std::byte*>(device_src);
+    const auto enqueue = [&](std::size_t i) {
+      const staged_chunk c = chunk(i, n, bytes);
+      RDX_CUDA_TRY(cudaMemcpyAsync(c.host.data(), src + c.offset, c.host.size(), cudaMemcpyDeviceToHost,
+                                   stream_.native_handle()));
+      events_[c.slot].record(stream_);
+    };
+    for (std::size_t i = 0; i < n && i < opt_.depth; ++i) enqueue(i);
+    for (std::size_t i = 0; i < n; ++i) {
+      const staged_chunk c = chunk(i, n, bytes);
+      events_[c.slot].synchronize();
+      sink(c);
+      if (const std::size_t next = i + opt_.depth; next < n) {
+        if constexpr (slot_waiter<Sink>) sink.wait_slot(c.slot);
+        enqueue(next);
+      }
+    }
+    return finish(bytes, n, t0);
+  }
+
+  //! Receiver half: for each chunk, has source fill its bounce buffer, then
+  //! copies it to device bytes [dst, dst + bytes) while the next chunks land.
+  //! Returns once every byte is in device memory.
+  template <chunk_source Source>
+  transfer_stats receive(void* device_dst, std::size_t bytes, Source&& source) {
+    device_guard g(opt_.device);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::size_t n = chunk_count(bytes);
+    auto* dst = static_cast<std::byte*>(device_dst);
+    for (std::size_t i = 0; i < n; ++i) {
+      const staged_chunk c = chunk(i, n, bytes);
+      // The copy that last read this slot must be done before it is refilled.
+      if (i >= opt_.depth) events_[c.slot].synchronize();
+      source(c);
+      RDX_CUDA_TRY(cudaMemcpyAsync(dst + c.offset, c.host.data(), c.host.size(), cudaMemcpyHostToDevice,
+                                   stream_.native_handle()));
+      events_[c.slot].record(stream_);
+    }
+    stream_.synchronize();
+    return finish(bytes, n, t0);
+  }
+
+  //! Number of chunks a transfer of bytes takes.
+  [[nodiscard]] std::size_t chunk_count(std::size_t bytes) const noexcept {
+    return (bytes + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
+  }
+
+private:
+  static staging_options validated(staging_options o) {
+    if (o.chunk_bytes == 0 || o.chunk_bytes % chunk_alignment != 0) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "staging_pipeline: chunk_bytes " + std::to_string(o.chunk_bytes) +
+                                                         " is not a non-zero multiple of 4096");
+    }
+    if (o.depth < 2) {
+      rdx::detail::throw_rdx(errc::invalid_argument,
+                             "staging_pipeline: depth " + std::to_string(o.depth) + " (at least 2 bounce buffers)");
+    }
+    if (o.device < 0) o.device = current_device();
+    return o;
+  }
+  static cuda::stream make_stream(int device) {
+    device_guard g(device);
+    return cuda::stream();
+  }
+  [[nodiscard]] staged_chunk chunk(std::size_t i, std::size_t n, std::size_t bytes) const noexcept {
+    staged_chunk c;
+    c.index = i;
+    c.offset = i * opt_.chunk_bytes;
+    c.slot = i % opt_.depth;
+    const std::size_t len = (bytes - c.offset < opt_.chunk_bytes) ? bytes - c.offset : opt_.chunk_bytes;
+    c.host = bounce_.span().subspan(c.slot * opt_.chunk_bytes, len);
+    c.last = (i + 1 == n);
+    return c;
+  }
+  [[nodiscard]] static transfer_stats finish(std::size_t bytes, std::size_t n,
+                                             std::chrono::steady_clock::time_point t0) noexcept {
+    transfer_stats s;
+    s.bytes = bytes;
+    s.chunks = n;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
+
+  staging_options opt_;
+  pinned_buffer<std::byte> bounce_;
+  cuda::stream stream_;
+  std::vector<event> events_;
+};
+
+}  // namespace rdx::cuda

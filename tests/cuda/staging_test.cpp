@@ -1,0 +1,127 @@
+// The host-staged pipeline's GPU halves: device to pinned host and back,
+// chunked, in order, every byte right.
+#include <rdx/cuda/memory.hpp>
+#include <rdx/cuda/pattern.hpp>
+#include <rdx/cuda/staging.hpp>
+
+#include "gpu_skip.hpp"
+#include "patterns.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+[[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_staging_test");
+
+struct recording_sink {
+  std::uint64_t seed;
+  std::vector<rdx::cuda::staged_chunk> seen;
+  std::uint64_t bad = 0;
+  void operator()(const rdx::cuda::staged_chunk& c) {
+    seen.push_back(c);
+    bad += rdx::cuda::check_pattern_host(c.host.data(), c.host.size(), seed, c.offset).mismatches;
+  }
+};
+
+struct waiting_sink {
+  std::vector<std::size_t> waits;
+  std::size_t chunks = 0;
+  void operator()(const rdx::cuda::staged_chunk&) { ++chunks; }
+  void wait_slot(std::size_t slot) { waits.push_back(slot); }
+};
+}  // namespace
+
+static_assert(rdx::cuda::chunk_sink<recording_sink>);
+static_assert(rdx::cuda::slot_waiter<waiting_sink>);
+static_assert(!rdx::cuda::slot_waiter<recording_sink>);
+static_assert(!rdx::cuda::chunk_sink<int>);
+
+TEST_CASE("staging options are checked", "[cuda]") {
+  REQUIRE_THROWS_AS((rdx::cuda::staging_pipeline({.chunk_bytes = 0})), rdx::error);
+  REQUIRE_THROWS_AS((rdx::cuda::staging_pipeline({.chunk_bytes = 4096 + 512})), rdx::error);
+  REQUIRE_THROWS_AS((rdx::cuda::staging_pipeline({.chunk_bytes = 4096, .depth = 1})), rdx::error);
+  rdx::cuda::staging_pipeline p;
+  REQUIRE(p.options().chunk_bytes == (4u << 20));
+  REQUIRE(p.options().depth == 2);
+  REQUIRE(p.bounce_buffers().size() == 2 * (4u << 20));
+  REQUIRE(p.path() == rdx::cuda::gpu_path::staged);
+}
+
+TEST_CASE("send stages every chunk to host in order, each right", "[cuda]") {
+  const std::size_t chunk = GENERATE(std::size_t{4096}, std::size_t{1u << 20}, std::size_t{4u << 20});
+  const std::size_t depth = GENERATE(std::size_t{2}, std::size_t{3});
+  const std::size_t bytes = (10u << 20) + 123;  // a short last chunk
+  rdx::cuda::staging_pipeline p({.chunk_bytes = chunk, .depth = depth});
+  rdx::cuda::device_buffer<std::byte> src(bytes);
+  rdx_test::gpu_fill(src.data(), bytes, 77);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+
+  recording_sink sink{77, {}, 0};
+  const auto st = p.send(src.data(), bytes, sink);
+  INFO("chunk " << chunk << " depth " << depth);
+  REQUIRE(sink.bad == 0);
+  REQUIRE(st.path == rdx::cuda::gpu_path::staged);
+  REQUIRE(st.bytes == bytes);
+  REQUIRE(st.chunks == (bytes + chunk - 1) / chunk);
+  REQUIRE(sink.seen.size() == st.chunks);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < sink.seen.size(); ++i) {
+    const auto& c = sink.seen[i];
+    REQUIRE(c.index == i);
+    REQUIRE(c.offset == i * chunk);
+    REQUIRE(c.slot == i % depth);
+    REQUIRE(c.last == (i + 1 == sink.seen.size()));
+    REQUIRE(c.host.data() == p.bounce_buffers().data() + c.slot * chunk);
+    total += c.host.size();
+  }
+  REQUIRE(total == bytes);
+}
+
+TEST_CASE("send calls wait_slot before refilling a bounce buffer", "[cuda]") {
+  rdx::cuda::staging_pipeline p({.chunk_bytes = 4096, .depth = 2});
+  rdx::cuda::device_buffer<std::byte> src(5 * 4096);
+  waiting_sink sink;
+  (void)p.send(src.data(), src.size_bytes(), sink);
+  REQUIRE(sink.chunks == 5);
+  REQUIRE(sink.waits == std::vector<std::size_t>{0, 1, 0});
+}
+
+TEST_CASE("receive copies each landed chunk to the GPU", "[cuda]") {
+  const std::size_t chunk = GENERATE(std::size_t{4096}, std::size_t{4u << 20});
+  const std::size_t bytes = (9u << 20) + 4095;
+  rdx::cuda::staging_pipeline p({.chunk_bytes = chunk, .depth = 2});
+  rdx::cuda::device_buffer<std::byte> dst(bytes);
+  REQUIRE(cudaMemset(dst.data(), 0, bytes) == cudaSuccess);
+  std::size_t calls = 0;
+  const auto st = p.receive(dst.data(), bytes, [&](const rdx::cuda::staged_chunk& c) {
+    REQUIRE(c.index == calls);
+    ++calls;
+    // Stands in for the RDMA write of this chunk landing in the bounce buffer.
+    rdx::cuda::fill_pattern_host(c.host.data(), c.host.size(), 555, c.offset);
+  });
+  REQUIRE(calls == st.chunks);
+  REQUIRE(st.bytes == bytes);
+  const auto r = rdx_test::gpu_check(dst.data(), bytes, 555);
+  INFO("first bad offset " << r.first_bad_offset);
+  REQUIRE(r.ok());
+}
+
+TEST_CASE("GPU to host to GPU round trip through two pipelines", "[cuda]") {
+  const std::size_t bytes = 32u << 20;
+  rdx::cuda::staging_pipeline sender;
+  rdx::cuda::staging_pipeline receiver({.chunk_bytes = 1u << 20, .depth = 4});
+  rdx::cuda::device_buffer<std::byte> a(bytes);
+  rdx::cuda::device_buffer<std::byte> b(bytes);
+  rdx::cuda::pinned_buffer<std::byte> wire(bytes);
+  rdx_test::gpu_fill(a.data(), bytes, 2024);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  (void)sender.send(a.data(), bytes,
+                    [&](const rdx::cuda::staged_chunk& c) { std::memcpy(wire.data() + c.offset, c.host.data(), c.host.size()); });
+  (void)receiver.receive(b.data(), bytes, [&](const rdx::cuda::staged_chunk& c) {
+    std::memcpy(c.host.data(), wire.data() + c.offset, c.host.size());
+  });
+  REQUIRE(rdx_test::gpu_check(b.data(), bytes, 2024).ok());
+}
