@@ -1,0 +1,560 @@
+// rdx pingpong: a reliable-connection ping-pong between two hosts, with every
+// payload checked and the latency distribution and bandwidth printed.
+//
+//   server:  pingpong [options]
+//   client:  pingpong [options] SERVER
+//
+// Modes: send (send/recv), write_imm (RDMA write with immediate into the
+// peer's registered ring), and --rc-compat, which speaks rdma-core's
+// ibv_rc_pingpong exchange and traffic so either side may be ibv_rc_pingpong.
+#include "common.hpp"
+
+#include <rdx/connect/rc_pingpong_exchange.hpp>
+#include <rdx/connect/tcp_bootstrap.hpp>
+#include <rdx/rdx.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+enum class mode : std::uint32_t { send = 1, write_imm = 2 };
+
+const char* mode_name(mode m) { return m == mode::send ? "send" : "write_imm"; }
+
+struct options {
+  std::string server;  // empty: act as the server
+  std::string device;
+  std::uint8_t ib_port = 0;
+  std::optional<std::uint8_t> gid_index;
+  std::size_t size = 4096;
+  std::uint32_t iters = 1000;
+  std::uint16_t tcp_port = rdx::rc_pingpong::default_port;
+  std::optional<ibv_mtu> mtu;
+  mode m = mode::send;
+  bool rc_compat = false;
+  std::chrono::seconds timeout{30};
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "Usage:\n"
+      "  %s [options]            start a server and wait for one client\n"
+      "  %s [options] SERVER     connect to the server at SERVER (host name or address)\n"
+      "\n"
+      "A reliable-connection ping-pong: the client sends SIZE bytes, the server\n"
+      "checks them and sends them back, ITERS times. Every payload is checked on\n"
+      "both sides; the client prints min, median and p99 round-trip latency and\n"
+      "the bandwidth. Both sides must use the same -s, -n and --mode.\n"
+      "\n"
+      "Options:\n"
+      "  -d, --ib-dev DEV       RDMA device (default: RDX_DEVICE, else the first device\n"
+      "                         with an ACTIVE port)\n"
+      "  -i, --ib-port N        device port (default: the first ACTIVE port)\n"
+      "  -x, -g, --gid-index N  GID index (default: RDX_GID_INDEX, else automatic:\n"
+      "                         RoCE v2 IPv4-mapped first; see devinfo)\n"
+      "  -s, --size BYTES       message size, K/M suffixes allowed (default 4096)\n"
+      "  -n, --iters N          round trips (default 1000)\n"
+      "  -p, --port PORT        TCP port of the endpoint exchange (default 18515)\n"
+      "  -m, --mtu BYTES        largest path MTU: 256 to 4096 (default 4096; with\n"
+      "                         --rc-compat 1024, as ibv_rc_pingpong)\n"
+      "      --mode MODE        send (send/recv, default) or write_imm (RDMA write\n"
+      "                         with immediate into the peer's registered buffer)\n"
+      "      --rc-compat        interoperate with rdma-core's ibv_rc_pingpong: its TCP\n"
+      "                         exchange and its traffic (send mode). Run it with the\n"
+      "                         same -s and -n, with -g GID_INDEX on RoCE, and with -c\n"
+      "                         so that it fills and checks its payload\n"
+      "  -t, --timeout SEC      limit for connecting and for each completion (default 30)\n"
+      "  -h, --help             this text\n"
+      "\n"
+      "Exit status: 0 when every round trip completed with the right payload, 1 on\n"
+      "any failure, 2 for a usage error.\n"
+      "\n"
+      "Examples (two hosts, server 10.77.0.1):\n"
+      "  %s                          and  %s 10.77.0.1\n"
+      "  %s --mode write_imm -s 64K  and  %s --mode write_imm -s 64K 10.77.0.1\n"
+      "  ibv_rc_pingpong -g 1 -c     and  %s --rc-compat 10.77.0.1\n",
+      argv0, argv0, argv0, argv0, argv0, argv0, argv0);
+}
+
+options parse_options(int argc, char** argv, bool& help) {
+  options o;
+  examples::arg_reader r(argc, argv);
+  std::string v;
+  std::optional<std::size_t> mtu_bytes;
+  while (!r.done()) {
+    if (r.match({"-h", "--help"})) {
+      help = true;
+      return o;
+    } else if (r.match({"-d", "--ib-dev"}, &v)) {
+      o.device = v;
+    } else if (r.match({"-i", "--ib-port"}, &v)) {
+      o.ib_port = static_cast<std::uint8_t>(examples::parse_number("--ib-port", v, 1, 255));
+    } else if (r.match({"-x", "-g", "--gid-index"}, &v)) {
+      o.gid_index = static_cast<std::uint8_t>(examples::parse_number("--gid-index", v, 0, 255));
+    } else if (r.match({"-s", "--size"}, &v)) {
+      o.size = examples::parse_number("--size", v, 1, std::uint64_t{1} << 30, true);
+    } else if (r.match({"-n", "--iters"}, &v)) {
+      o.iters = static_cast<std::uint32_t>(examples::parse_number("--iters", v, 1, 100000000));
+    } else if (r.match({"-p", "--port"}, &v)) {
+      o.tcp_port = static_cast<std::uint16_t>(examples::parse_number("--port", v, 1, 65535));
+    } else if (r.match({"-m", "--mtu"}, &v)) {
+      mtu_bytes = examples::parse_number("--mtu", v, 256, 4096);
+      ibv_mtu m{};
+      if (!rdx::mtu_from_bytes(static_cast<int>(*mtu_bytes), m))
+        throw examples::usage_error("--mtu " + v + ": expected 256, 512, 1024, 2048 or 4096");
+      o.mtu = m;
+    } else if (r.match({"--mode"}, &v)) {
+      if (v == "send") o.m = mode::send;
+      else if (v == "write_imm") o.m = mode::write_imm;
+      else throw examples::usage_error("--mode " + v + ": expected send or write_imm");
+    } else if (r.match({"--rc-compat"})) {
+      o.rc_compat = true;
+    } else if (r.match({"-t", "--timeout"}, &v)) {
+      o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
+    } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
+      throw examples::usage_error("unknown option " + std::string(r.peek()));
+    } else {
+      if (!o.server.empty()) throw examples::usage_error("more than one server address: " + o.server + " and " + r.take());
+      o.server = r.take();
+    }
+  }
+  if (o.rc_compat && o.m != mode::send)
+    throw examples::usage_error("--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
+  return o;
+}
+
+//! A failure that ends the run: printed, exit status 1.
+struct failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// --- payloads ---------------------------------------------------------------
+
+// Every byte differs from the same byte of the previous two round trips, so a
+// payload that did not arrive (stale data) or arrived shifted is caught.
+inline std::uint8_t pattern_byte(std::size_t i, std::uint32_t iter, std::uint32_t seed) noexcept {
+  return static_cast<std::uint8_t>(((i * 131u) ^ (i >> 8)) + iter * 13u + seed);
+}
+void fill_pattern(std::byte* p, std::size_t n, std::uint32_t iter, std::uint32_t seed) noexcept {
+  for (std::size_t i = 0; i < n; ++i) p[i] = std::byte{pattern_byte(i, iter, seed)};
+}
+// Index of the first wrong byte, or n.
+std::size_t check_pattern(const std::byte* p, std::size_t n, std::uint32_t iter, std::uint32_t seed) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != std::byte{pattern_byte(i, iter, seed)}) return i;
+  return n;
+}
+
+// ibv_rc_pingpong fills its buffer with 0x7b and, with -c, writes 0 into the
+// first byte of every page; its server echoes what it receives.
+std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+void fill_rc(std::byte* p, std::size_t n, bool page_marks) {
+  std::memset(p, 0x7b, n);
+  if (page_marks)
+    for (std::size_t i = 0; i < n; i += page_size()) p[i] = std::byte{0};
+}
+std::size_t check_rc(const std::byte* p, std::size_t n, bool page_marks) {
+  const std::size_t ps = page_size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::byte want = (page_marks && i % ps == 0) ? std::byte{0} : std::byte{0x7b};
+    if (p[i] != want) return i;
+  }
+  return n;
+}
+
+std::string byte_text(std::byte b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", std::to_integer<unsigned>(b));
+  return buf;
+}
+
+// --- settings both sides must share (native modes) ---------------------------
+
+struct settings {
+  std::uint32_t mode = 0;
+  std::uint32_t iters = 0;
+  std::uint64_t size = 0;
+  std::uint32_t seed = 0;
+};
+
+constexpr std::size_t settings_size = 24;
+
+void put_be(std::byte* p, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = std::byte(v >> (8 * (bytes - 1 - i)));
+}
+std::uint64_t get_be(const std::byte* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  return v;
+}
+
+// Both sides send their settings; the server takes the client's seed. A
+// mismatch is reported on both sides before any RDMA traffic.
+settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std::chrono::seconds timeout) {
+  std::byte out[settings_size] = {};
+  std::memcpy(out, "RDXP", 4);
+  put_be(out + 4, mine.mode, 4);
+  put_be(out + 8, mine.size, 8);
+  put_be(out + 16, mine.iters, 4);
+  put_be(out + 20, mine.seed, 4);
+  const auto deadline = steady::now() + timeout;
+  s.send_all(out, deadline, "send settings");
+  std::byte in[settings_size] = {};
+  s.recv_exact(in, deadline, "receive settings");
+  if (std::memcmp(in, "RDXP", 4) != 0) throw failure("the peer at " + s.peer() + " is not an rdx pingpong");
+  settings peer;
+  peer.mode = static_cast<std::uint32_t>(get_be(in + 4, 4));
+  peer.size = get_be(in + 8, 8);
+  peer.iters = static_cast<std::uint32_t>(get_be(in + 16, 4));
+  peer.seed = static_cast<std::uint32_t>(get_be(in + 20, 4));
+  std::string diff;
+  auto mode_text = [](std::uint32_t m) {
+    return m == 1 ? std::string("send") : m == 2 ? std::string("write_imm") : "mode " + std::to_string(m);
+  };
+  if (peer.mode != mine.mode) diff += " --mode " + mode_text(mine.mode) + " here, " + mode_text(peer.mode) + " there;";
+  if (peer.size != mine.size)
+    diff += " -s " + std::to_string(mine.size) + " here, " + std::to_string(peer.size) + " there;";
+  if (peer.iters != mine.iters)
+    diff += " -n " + std::to_string(mine.iters) + " here, " + std::to_string(peer.iters) + " there;";
+  if (!diff.empty()) {
+    diff.pop_back();
+    throw failure("settings differ from the peer's at " + s.peer() + ":" + diff +
+                  " (run both sides with the same -s, -n and --mode)");
+  }
+  return peer;
+}
+
+// --- RDMA resources -----------------------------------------------------------
+
+constexpr std::uint32_t recv_slots = 2;
+
+struct resources {
+  rdx::context ctx;
+  rdx::protection_domain pd;
+  rdx::completion_queue send_cq;
+  rdx::completion_queue recv_cq;
+  rdx::queue_pair qp;
+  rdx::registered_buffer<std::byte> send_buf;
+  rdx::registered_buffer<std::byte> ring;  // recv_slots slots of `size` bytes
+
+  resources(const options& o, rdx::context c)
+      : ctx(std::move(c)),
+        pd(ctx),
+        send_cq(ctx, 16),
+        recv_cq(ctx, 16),
+        qp(pd, send_cq, recv_cq,
+           rdx::queue_pair_attr{.max_send_wr = 4,
+                                .max_recv_wr = recv_slots + 2,
+                                .port = o.ib_port,
+                                .gid_index = o.gid_index,
+                                .remote_access = o.m == mode::write_imm ? rdx::access::remote_write : rdx::access::none}),
+        send_buf(pd, o.size),
+        ring(pd, o.size * recv_slots,
+             o.m == mode::write_imm ? rdx::access::local_write | rdx::access::remote_write : rdx::access::local_write) {}
+};
+
+// Posts the receive for slot `slot`: into the ring (send mode) or empty (write
+// with immediate: the data lands by RDMA write, the receive only carries imm).
+void post_recv_slot(resources& r, const options& o, std::uint32_t slot) {
+  std::error_code ec;
+  if (o.m == mode::write_imm) {
+    ec = r.qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{}).id(slot));
+  } else {
+    ec = r.qp.post_recv(rdx::wr::recv(r.ring.sge(slot * o.size, o.size)).id(slot));
+  }
+  if (ec) throw failure("post a receive: " + ec.message());
+}
+
+rdx::completion wait_completion(rdx::completion_queue& cq, const char* what, std::uint32_t iter,
+                                std::chrono::seconds timeout) {
+  rdx::completion c{};
+  const std::error_code ec = rdx::poll_one(cq, c, timeout);
+  if (ec == rdx::errc::timed_out)
+    throw failure("round trip " + std::to_string(iter) + ": no " + what + " completion within " +
+                  std::to_string(timeout.count()) + " s (has the peer stopped? see its output)");
+  if (ec) throw failure(std::string("polling the ") + what + " completion queue: " + ec.message());
+  if (!c.ok()) {
+    char vendor[32];
+    std::snprintf(vendor, sizeof vendor, "vendor error 0x%x", c.vendor_err());
+    throw failure("round trip " + std::to_string(iter) + ": " + what + " failed: " + c.error().message() + " (" +
+                  vendor + ")");
+  }
+  return c;
+}
+
+void check_recv(const rdx::completion& c, const options& o, std::uint32_t iter) {
+  const std::uint32_t slot = iter % recv_slots;
+  const auto it = std::to_string(iter);
+  if (c.wr_id() != slot)
+    throw failure("round trip " + it + ": receive completed for slot " + std::to_string(c.wr_id()) + ", expected " +
+                  std::to_string(slot));
+  if (o.m == mode::write_imm) {
+    if (c.opcode() != IBV_WC_RECV_RDMA_WITH_IMM || !c.has_imm())
+      throw failure("round trip " + it + ": expected an RDMA write with immediate, got opcode " +
+                    std::to_string(c.opcode()));
+    if (c.imm() != iter)
+      throw failure("round trip " + it + ": immediate data " + std::to_string(c.imm()) + ", expected " + it);
+  } else if (c.opcode() != IBV_WC_RECV) {
+    throw failure("round trip " + it + ": expected a receive, got opcode " + std::to_string(c.opcode()));
+  }
+  if (c.byte_len() != o.size)
+    throw failure("round trip " + it + ": " + std::to_string(c.byte_len()) + " bytes arrived, expected " +
+                  std::to_string(o.size));
+}
+
+void post_echo_or_ping(resources& r, const options& o, const rdx::remote_descriptor& peer_ring, const ibv_sge& src,
+                       std::uint32_t iter) {
+  const std::uint32_t slot = iter % recv_slots;
+  std::error_code ec;
+  if (o.m == mode::write_imm) {
+    ec = r.qp.post_send(rdx::wr::write_imm(src, rdx::at(peer_ring, slot * o.size), iter));
+  } else {
+    ec = r.qp.post_send(rdx::wr::send(src));
+  }
+  if (ec) throw failure("round trip " + std::to_string(iter) + ": post a send: " + ec.message());
+}
+
+// Whether this side's payload for `iter` is right; throws naming the first wrong byte.
+void check_payload(const std::byte* p, const options& o, std::uint32_t iter, std::uint32_t seed, const char* who) {
+  const std::size_t bad = check_pattern(p, o.size, iter, seed);
+  if (bad != o.size)
+    throw failure(std::string(who) + " of round trip " + std::to_string(iter) + " is wrong at byte " +
+                  std::to_string(bad) + ": " + byte_text(p[bad]) + ", expected " +
+                  byte_text(std::byte{pattern_byte(bad, iter, seed)}));
+}
+
+struct run_stats {
+  std::vector<double> rtt_us;
+  double wall_s = 0;
+};
+
+void print_stats(const options& o, const run_stats& st, const char* label) {
+  std::vector<double> s = st.rtt_us;
+  std::sort(s.begin(), s.end());
+  double sum = 0;
+  for (double v : s) sum += v;
+  const double min = s.front(), med = examples::percentile(s, 50), p99 = examples::percentile(s, 99);
+  const double bytes = 2.0 * static_cast<double>(o.size) * o.iters;
+  const double mbps = bytes / (sum / 1e6) / 1e6;
+  std::printf("%u round trips of %zu bytes (%s), every payload checked\n", o.iters, o.size, label);
+  std::printf("  round-trip latency: min %.2f us, median %.2f us, p99 %.2f us, mean %.2f us\n", min, med, p99,
+              sum / static_cast<double>(s.size()));
+  std::printf("  one-way (half round trip): min %.2f us, median %.2f us, p99 %.2f us\n", min / 2, med / 2, p99 / 2);
+  std::printf("  bandwidth: %.2f MB/s = %.2f Mbit/s (2 x %zu x %u bytes in %.3f s of round trips; loop %.3f s)\n", mbps,
+              mbps * 8, o.size, o.iters, sum / 1e6, st.wall_s);
+  std::printf("RESULT mode=%s size=%zu iters=%u min_us=%.2f median_us=%.2f p99_us=%.2f mbit_s=%.2f\n", label, o.size,
+              o.iters, min, med, p99, mbps * 8);
+}
+
+// --- the two roles --------------------------------------------------------------
+
+void print_local(const resources& r, const char* role, const options& o) {
+  const rdx::gid_choice g = o.gid_index ? rdx::use_gid_index(r.ctx, r.qp.port(), *o.gid_index)
+                                        : rdx::select_gid(r.ctx, r.qp.port());
+  std::printf("rdx pingpong %s: %s port %u, %s\n", role, r.ctx.name().c_str(), r.qp.port(), g.reason.c_str());
+  std::printf("  local address:  %s\n", rdx::to_string(r.qp.local_endpoint()).c_str());
+}
+
+rdx::connect_options connect_opts(const options& o) {
+  rdx::connect_options c;
+  c.max_mtu = o.mtu.value_or(o.rc_compat ? rdx::rc_pingpong::default_mtu : IBV_MTU_4096);
+  return c;
+}
+
+// Native modes: settings, endpoints (and in write_imm the ring's descriptor),
+// connect, barrier, ITERS round trips, barrier.
+int run_native(const options& o) {
+  resources r(o, examples::open_device(o.device));
+  const bool client = !o.server.empty();
+  print_local(r, client ? "client" : "server", o);
+  r.qp.to_init();
+  for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
+
+  rdx::tcp::socket sock;
+  if (client) {
+    sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
+  } else {
+    auto l = rdx::tcp::listener::bind("", o.tcp_port);
+    std::printf("  waiting for a client on TCP port %u\n", l.port());
+    std::fflush(stdout);
+    sock = l.accept(o.timeout);
+  }
+  settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
+  if (client) rdx::detail::os_random(&mine.seed, sizeof mine.seed);
+  const settings peer = exchange_settings(sock, mine, o.timeout);
+  const std::uint32_t seed = client ? mine.seed : peer.seed;
+
+  std::vector<rdx::remote_descriptor> mine_desc;
+  if (o.m == mode::write_imm) mine_desc.push_back(r.ring.remote());
+  const rdx::wire::message remote = rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, o.timeout);
+  std::printf("  remote address: %s (%s)\n", rdx::to_string(remote.ep).c_str(), sock.peer().c_str());
+  rdx::remote_descriptor peer_ring{};
+  if (o.m == mode::write_imm) {
+    if (remote.descriptors.size() != 1)
+      throw failure("the peer sent " + std::to_string(remote.descriptors.size()) +
+                    " memory descriptors, write_imm needs exactly 1");
+    peer_ring = remote.descriptors[0];
+    if (!rdx::contains(peer_ring, 0, o.size * recv_slots))
+      throw failure("the peer's buffer of " + std::to_string(peer_ring.length) + " bytes is smaller than " +
+                    std::to_string(o.size * recv_slots));
+  }
+  const auto copts = connect_opts(o);
+  r.qp.connect(remote.ep, copts);
+  std::printf("  connected: path MTU %d, mode %s, %zu bytes x %u round trips\n",
+              rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})), mode_name(o.m),
+              o.size, o.iters);
+  std::fflush(stdout);
+  rdx::tcp::barrier(sock, o.timeout);  // both queue pairs ready, receives posted
+
+  run_stats st;
+  st.rtt_us.reserve(o.iters);
+  const auto loop_start = steady::now();
+  for (std::uint32_t k = 0; k < o.iters; ++k) {
+    const std::uint32_t slot = k % recv_slots;
+    std::byte* slot_mem = r.ring.data() + slot * o.size;
+    if (client) {
+      fill_pattern(r.send_buf.data(), o.size, k, seed);
+      const auto t0 = steady::now();
+      post_echo_or_ping(r, o, peer_ring, r.send_buf.sge(), k);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const auto t1 = steady::now();
+      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      check_recv(rc, o, k);
+      check_payload(slot_mem, o, k, seed, "the echo");
+    } else {
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      check_recv(rc, o, k);
+      // Echo first, check while it is on the wire: the client's latency stays the network's.
+      post_echo_or_ping(r, o, peer_ring, r.ring.sge(slot * o.size, o.size), k);
+      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      check_payload(slot_mem, o, k, seed, "the payload");
+    }
+    post_recv_slot(r, o, slot);
+  }
+  st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
+  rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QP goes
+
+  if (client) {
+    print_stats(o, st, mode_name(o.m));
+  } else {
+    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size, mode_name(o.m));
+  }
+  return 0;
+}
+
+// ibv_rc_pingpong's protocol: its exchange, then send/recv of SIZE bytes from
+// one buffer per side; the server echoes what it receives.
+int run_rc_compat(const options& o) {
+  resources r(o, examples::open_device(o.device));
+  const bool client = !o.server.empty();
+  print_local(r, client ? "client (ibv_rc_pingpong protocol)" : "server (ibv_rc_pingpong protocol)", o);
+  r.qp.to_init();
+  for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
+  const auto copts = connect_opts(o);
+  const ibv_mtu agreed = copts.max_mtu;
+  auto connect = [&](const rdx::endpoint& remote) {
+    std::printf("  remote address: %s\n", rdx::to_string(remote).c_str());
+    if (rdx::gid_is_zero(remote.gid) && r.ctx.query_port(r.qp.port()).is_ethernet())
+      throw failure("the peer sent a zero GID, which a RoCE port cannot reach: run ibv_rc_pingpong with -g GID_INDEX");
+    r.qp.connect(remote, copts);
+  };
+
+  if (client) {
+    auto sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
+    connect(rdx::rc_pingpong::client_exchange(sock, r.qp.local_endpoint(), agreed, o.timeout));
+  } else {
+    auto l = rdx::tcp::listener::bind("", o.tcp_port);
+    std::printf("  waiting for a client on TCP port %u\n", l.port());
+    std::fflush(stdout);
+    auto sock = l.accept(o.timeout);
+    (void)rdx::rc_pingpong::server_exchange(sock, r.qp.local_endpoint(), connect, agreed, o.timeout);
+  }
+  std::printf("  connected: path MTU %d, %zu bytes x %u round trips\n", rdx::mtu_bytes(agreed), o.size, o.iters);
+  std::fflush(stdout);
+
+  run_stats st;
+  st.rtt_us.reserve(o.iters);
+  bool page_marks = true;  // what the client's payload looks like (ibv_rc_pingpong -c marks pages)
+  const auto loop_start = steady::now();
+  for (std::uint32_t k = 0; k < o.iters; ++k) {
+    const std::uint32_t slot = k % recv_slots;
+    std::byte* slot_mem = r.ring.data() + slot * o.size;
+    if (client) {
+      fill_rc(r.send_buf.data(), o.size, true);
+      const auto t0 = steady::now();
+      post_echo_or_ping(r, o, {}, r.send_buf.sge(), k);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const auto t1 = steady::now();
+      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      check_recv(rc, o, k);
+      if (const std::size_t bad = check_rc(slot_mem, o.size, true); bad != o.size)
+        throw failure("the echo of round trip " + std::to_string(k) + " is wrong at byte " + std::to_string(bad) +
+                      ": " + byte_text(slot_mem[bad]) + " (expected what was sent)");
+    } else {
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      check_recv(rc, o, k);
+      post_echo_or_ping(r, o, {}, r.ring.sge(slot * o.size, o.size), k);
+      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      if (k == 0 && check_rc(slot_mem, o.size, true) != o.size && check_rc(slot_mem, o.size, false) == o.size) {
+        page_marks = false;
+        std::printf("  note: the client does not mark pages (ibv_rc_pingpong without -c); checking for 0x7b only\n");
+      }
+      if (const std::size_t bad = check_rc(slot_mem, o.size, page_marks); bad != o.size)
+        throw failure("the payload of round trip " + std::to_string(k) + " is wrong at byte " + std::to_string(bad) +
+                      ": " + byte_text(slot_mem[bad]) + ", expected " +
+                      byte_text((page_marks && bad % page_size() == 0) ? std::byte{0} : std::byte{0x7b}) +
+                      " (ibv_rc_pingpong's fill)");
+    }
+    // Clear the slot so a receive that never lands cannot pass the next check.
+    std::memset(slot_mem, 0, o.size);
+    post_recv_slot(r, o, slot);
+  }
+  st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
+  if (client) {
+    print_stats(o, st, "rc-compat");
+  } else {
+    std::printf("%u payloads of %zu bytes (rc-compat) received, checked and echoed\n", o.iters, o.size);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  try {
+    bool help = false;
+    o = parse_options(argc, argv, help);
+    if (help) {
+      usage(argv[0]);
+      return 0;
+    }
+  } catch (const examples::usage_error& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], e.what());
+    return 2;
+  }
+  try {
+    return o.rc_compat ? run_rc_compat(o) : run_native(o);
+  } catch (const rdx::error& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+  } catch (const failure& e) {
+    std::fprintf(stderr, "%s: FAILED: %s\n", argv[0], e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+  }
+  return 1;
+}
