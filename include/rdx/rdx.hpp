@@ -15,3 +15,8 @@
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/work_request.hpp>
+
+#include <rdx/connect/endpoint.hpp>
+#include <rdx/connect/rc_pingpong_exchange.hpp>
+#include <rdx/connect/tcp_bootstrap.hpp>
+#include <rdx/connect/wire.hpp>

@@ -287,6 +287,8 @@ public:
       a.rq_psn = remote.psn;
       a.ah_attr = address_handle::make_attr(remote, port_, gid_index_, opt.hop_limit);
       a.ah_attr.sl = opt.sl;
+      // InfiniBand inside a subnet: the LID is the address; the GRH is for routers.
+      if (!roce_ && remote.lid != 0) a.ah_attr.is_global = 0;
       if (a.ah_attr.is_global) a.ah_attr.grh.traffic_class = opt.traffic_class;
       mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
       if (type_ == qp_type::rc) {
