@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds and runs everything of rdx::cuda on a GPU machine, in one go:
+# configure, build the cuda tests, tools and gpu_pingpong, run the cuda and
+# topology tests, print the GPUDirect probe and the topology from the real
+# sysfs, measure the staging pipeline against plain cudaMemcpy, and end with a
+# short table. Logs go to $OUT (default out/gpu-check).
+#
+#   scripts/gpu-check.sh               # from the repository root
+#   BUILD=build-gpu MIB=1024 REPS=7 scripts/gpu-check.sh
+#
+# Catch2 is looked for as usual; a copy under .device/catch2 (the Debian
+# single-header package's layout) is used where the machine has none.
+set -u -o pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$ROOT/out/gpu-check}
+BUILD=${BUILD:-$ROOT/build-gpu}
+MIB=${MIB:-1024}
+REPS=${REPS:-7}
+CHUNKS_KIB=${CHUNKS_KIB:-"1024 4096 16384"}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$SUMMARY" >/dev/null; }
+
+prefix=()
+if [[ -d $ROOT/.device/catch2 ]]; then prefix=(-DCMAKE_PREFIX_PATH="$ROOT/.device/catch2"); fi
+gen=()
+if command -v ninja >/dev/null; then gen=(-G Ninja); fi
+
+{
+  echo "== system"
+  date -u
+  uname -r
+  nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv 2>&1
+  nvidia-smi topo -m 2>&1
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  [[ -x /usr/local/cuda/bin/nvcc ]] && /usr/local/cuda/bin/nvcc --version | tail -2
+  cmake --version | head -1
+  echo "/sys/class/infiniband: $(ls /sys/class/infiniband 2>&1 | tr '\n' ' ')"
+  echo "peermem: $(cat /sys/kernel/mm/memory_peers/nv_mem/version 2>&1) / $(cat /sys/module/nvidia_peermem/version 2>&1)"
+} >"$OUT/system.log" 2>&1
+
+echo "== configure and build" | tee "$OUT/build.log"
+targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
+         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong)
+if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
+     -DRDX_CUDA=ON -DRDX_WARNINGS_AS_ERRORS=ON -DRDX_BUILD_BENCHMARKS=OFF >>"$OUT/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
+  row "build (${#targets[@]} targets, -Werror)" "ok"
+else
+  row "build" "FAILED (see build.log)"
+  tail -40 "$OUT/build.log"
+  cat "$SUMMARY"
+  exit 1
+fi
+
+echo "== tests"
+(cd "$BUILD" && ctest -R '^cuda_' --output-on-failure -V) >"$OUT/ctest.log" 2>&1
+for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test; do
+  line=$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $t " "$OUT/ctest.log" | tail -1)
+  if [[ $line == *Passed* ]]; then r="passed"
+  elif [[ $line == *Skipped* || $line == *"Not Run"* ]]; then r="skipped: $(grep -m1 -o "$t: SKIP: .*" "$OUT/ctest.log" | sed "s/^$t: SKIP: //" | cut -c1-80)"
+  else r="FAILED"; fi
+  [[ -n $line && $line =~ ([0-9.]+\ sec) ]] && r="$r (${BASH_REMATCH[1]})"
+  row "test $t" "$r"
+done
+
+echo "== probe and topology (real sysfs)"
+"$BUILD/tests/cuda/cuda_gpu_info" >"$OUT/probe.log" 2>&1
+rc=$?
+cat "$OUT/probe.log"
+row "probe + topology (cuda_gpu_info)" "exit $rc; best path: $(grep -m1 -o 'best path: .*' "$OUT/probe.log" | cut -d' ' -f3)"
+
+echo "== staging throughput vs plain cudaMemcpy"
+# shellcheck disable=SC2086
+cmd="$BUILD/tests/cuda/cuda_staging_throughput $MIB $REPS $CHUNKS_KIB"
+echo "\$ $cmd" | tee "$OUT/throughput.log"
+$cmd 2>&1 | tee -a "$OUT/throughput.log"
+rc=${PIPESTATUS[0]}
+row "throughput run (every byte checked)" "exit $rc"
+while read -r l; do
+  row "  ${l%%D2H*}" "D2H${l#*D2H}"
+done < <(grep '^RESULT' "$OUT/throughput.log" | sed 's/^RESULT //')
+
+echo "== gpu_pingpong"
+"$BUILD/examples/gpu_pingpong/gpu_pingpong" --size 256M --iters 5 >"$OUT/pingpong.log" 2>&1
+rc=$?
+cat "$OUT/pingpong.log"
+row "gpu_pingpong --size 256M --iters 5" "exit $rc; $(grep -m1 -o 'latency.*GB/s' "$OUT/pingpong.log" | cut -c1-60)"
+
+echo
+echo "== summary (logs in $OUT)"
+cat "$SUMMARY"
