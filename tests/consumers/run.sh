@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds and runs a consumer project against rdx.
+#
+#   run.sh find_package     SRC WORK   install rdx into WORK/prefix, then
+#                                      find_package(rdx CONFIG) (and COMPONENTS cm)
+#   run.sh add_subdirectory SRC WORK   add_subdirectory(SRC)
+#
+# Fails when any step fails; exits 77 only when cmake or a compiler is missing.
+set -euo pipefail
+mode="${1:?mode}"
+src="$(cd "${2:?rdx source dir}" && pwd)"
+work="$(mkdir -p "${3:?work dir}" && cd "$3" && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+rm -rf "$work"
+mkdir -p "$work"
+
+step() {
+  echo "+ $*"
+  "$@"
+}
+
+# No flags of the consumer's own: what rdx's targets carry must be enough, and
+# the compiler must see nothing rdx did not export.
+case "$mode" in
+  find_package)
+    step cmake -S "$src" -B "$work/rdx-build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DRDX_BUILD_TESTS=OFF -DRDX_BUILD_EXAMPLES=OFF -DRDX_BUILD_BENCHMARKS=OFF -DRDX_INSTALL=ON \
+      -DCMAKE_INSTALL_PREFIX="$work/prefix" >"$work/rdx-configure.log" ||
+      { cat "$work/rdx-configure.log"; exit 1; }
+    step cmake --install "$work/rdx-build" >"$work/install.log"
+    test -f "$work/prefix/include/rdx/rdx.hpp"
+    cfg="$(find "$work/prefix" -name rdxConfig.cmake | head -n 1)"
+    [[ -n "$cfg" ]] || { echo "no rdxConfig.cmake in the install tree" >&2; exit 1; }
+    pc="$(find "$work/prefix" -name rdx.pc | head -n 1)"
+    [[ -n "$pc" ]] || { echo "no rdx.pc in the install tree" >&2; exit 1; }
+    for cm in OFF ON; do
+      b="$work/consumer-cm-$cm"
+      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" -DWITH_CM=$cm
+      step cmake --build "$b"
+      step "$b/consumer"
+    done
+    # A component rdx does not have must make find_package fail.
+    mkdir -p "$work/bogus"
+    cat >"$work/bogus/CMakeLists.txt" <<'CML'
+cmake_minimum_required(VERSION 3.21)
+project(bogus LANGUAGES CXX)
+find_package(rdx CONFIG QUIET COMPONENTS no_such_component)
+if(rdx_FOUND)
+  message(FATAL_ERROR "find_package(rdx COMPONENTS no_such_component) succeeded")
+endif()
+CML
+    step cmake -S "$work/bogus" -B "$work/bogus/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+    echo "ok: an unknown component is refused"
+    # Where rdx::cuda was installed (a CUDA Toolkit exists), the component resolves.
+    if [[ -f "$(dirname "$cfg")/rdxCudaTargets.cmake" ]]; then
+      mkdir -p "$work/cuda"
+      cat >"$work/cuda/CMakeLists.txt" <<'CML'
+cmake_minimum_required(VERSION 3.21)
+project(cuda_component LANGUAGES CXX)
+find_package(rdx CONFIG REQUIRED COMPONENTS cuda cm)
+if(NOT TARGET rdx::cuda OR NOT TARGET rdx::cm)
+  message(FATAL_ERROR "find_package(rdx COMPONENTS cuda cm) did not give rdx::cuda and rdx::cm")
+endif()
+CML
+      step cmake -S "$work/cuda" -B "$work/cuda/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+      echo "ok: COMPONENTS cuda cm"
+    fi
+    ;;
+  add_subdirectory)
+    step cmake -S "$here/add_subdirectory" -B "$work/build" "${gen[@]}" -DRDX_SOURCE_DIR="$src"
+    step cmake --build "$work/build"
+    step "$work/build/consumer"
+    ;;
+  *)
+    echo "usage: run.sh find_package|add_subdirectory SRC WORK" >&2
+    exit 2
+    ;;
+esac
