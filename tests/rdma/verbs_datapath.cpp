@@ -3,6 +3,9 @@
 #include "rdma_support.hpp"
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -323,4 +326,47 @@ TEST_CASE("UD send and receive through an address handle") {
   CHECK(r.byte_len() == 40 + 200);  // the 40-byte GRH comes first
   CHECK(r.src_qp() == a.qp_num());
   CHECK(std::memcmp(dst.data() + 40, src.data(), 200) == 0);
+}
+
+// Counts C++ heap allocations (operator new) made by the measured loop below.
+namespace {
+std::atomic<long> g_news{0};
+}  // namespace
+void* operator new(std::size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors") {
+  loopback lb;
+  rdx::registered_buffer<char> src(lb.pd, 4096), dst(lb.pd, 4096);
+  rdx::registered_buffer<char> win(lb.pd, 4096, rdx::access::remote_write | rdx::access::remote_read);
+  std::array<op, 4> ops{};
+  std::array<rdx::completion, 8> out{};
+  bool failed = false;
+  auto round = [&] {
+    rdx::send_batch<4> batch;
+    for (std::size_t i = 0; i < 3; ++i) {
+      (void)batch.push(rdx::wr::write(src.sge(i * 512, 512), rdx::at(win.remote(), i * 512), &ops[i]).unsignaled());
+    }
+    (void)batch.push(rdx::wr::read(dst.sge(0, 1536), rdx::at(win.remote()), &ops[3]));
+    if (rdx::post(lb.a, batch)) failed = true;
+    if (lb.b.post_recv(rdx::wr::recv(dst.sge(2048, 64), &ops[0]))) failed = true;
+    if (lb.a.post_send(rdx::wr::send(src.sge(0, 32), &ops[1]))) failed = true;
+    std::size_t got = 0;
+    if (rdx::poll_for(lb.cq_a, out, 2, std::chrono::seconds(20), got) || got != 2) failed = true;
+    if (rdx::poll_for(lb.cq_b, out, 1, std::chrono::seconds(20), got) || got != 1) failed = true;
+    for (std::size_t i = 0; i < got; ++i) {
+      if (!out[i].ok() || out[i].error()) failed = true;
+    }
+  };
+  for (int i = 0; i < 5; ++i) round();  // warm-up
+  long before = g_news.load();
+  for (int i = 0; i < 200; ++i) round();
+  long allocations = g_news.load() - before;
+  CHECK_FALSE(failed);
+  CHECK(allocations == 0);
 }

@@ -317,6 +317,9 @@ TEST_CASE("queue pair depths above the device limit are refused, naming field, v
                              Catch::Contains(std::to_string(d.max_qp_wr)));
     auto r = expect_error([&] { rdx::queue_pair qp(pd, cq, cq, {.max_recv_wr = big}); });
     CHECK_THAT(r.what(), Catch::Contains("max_recv_wr"));
+    auto in = expect_error([&] { rdx::queue_pair qp(pd, cq, cq, {.max_inline_data = 1u << 20}); });
+    CHECK(in.code() == rdx::errc::limit_exceeded);
+    CHECK_THAT(in.what(), Catch::Contains("max_inline_data = 1048576") && Catch::Contains("device limit"));
     auto s = expect_error([&] {
       rdx::queue_pair qp(pd, cq, cq, {.max_send_sge = static_cast<std::uint32_t>(d.max_sge) + 1});
     });

@@ -204,6 +204,13 @@ public:
       qp = ::ibv_create_qp(pd.native_handle(), &ia);
       err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
     }
+    if (qp == nullptr && err == EINVAL && attr.max_inline_data.value_or(0) > 0) {
+      // The device reports no inline limit: find it, so the error can name it.
+      if (auto limit = probe_max_inline(pd, ia); limit && *limit < ia.cap.max_inline_data) {
+        detail::throw_rdx(errc::limit_exceeded, detail::limit_message("queue_pair on " + ctx.name(), "max_inline_data",
+                                                                      ia.cap.max_inline_data, *limit));
+      }
+    }
     if (qp == nullptr) {
       char what[200];
       std::snprintf(what, sizeof what,
@@ -422,6 +429,26 @@ public:
   }
 
 private:
+  // Largest max_inline_data the device accepts with these other sizes (binary
+  // search with throwaway QPs), or nullopt when even 0 is refused.
+  static std::optional<std::uint32_t> probe_max_inline(const protection_domain& pd, const ibv_qp_init_attr& base) {
+    auto accepted = [&](std::uint32_t n) {
+      ibv_qp_init_attr ia = base;
+      ia.cap.max_inline_data = n;
+      ibv_qp* q = ::ibv_create_qp(pd.native_handle(), &ia);
+      if (q == nullptr) return false;
+      if (int rc = ::ibv_destroy_qp(q); rc != 0) detail::report_destroy_failure("ibv_destroy_qp", rc);
+      return true;
+    };
+    if (!accepted(0)) return std::nullopt;
+    std::uint32_t lo = 0, hi = base.cap.max_inline_data;  // lo accepted, hi refused
+    while (hi - lo > 1) {
+      std::uint32_t mid = lo + (hi - lo) / 2;
+      (accepted(mid) ? lo : hi) = mid;
+    }
+    return lo;
+  }
+
   void prepare(send_wr& w) const noexcept {
     if (w.inline_candidate() && caps_.max_inline_data != 0 && w.total_length() <= caps_.max_inline_data) {
       w.native().send_flags |= IBV_SEND_INLINE;
