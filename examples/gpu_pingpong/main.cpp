@@ -10,8 +10,10 @@
 #include <rdx/cuda/check.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/probe.hpp>
+#include <rdx/cuda/register.hpp>
 #include <rdx/cuda/staging.hpp>
 #include <rdx/cuda/topology.hpp>
+#include <rdx/rdx.hpp>
 
 #include "kernels.hpp"
 
@@ -23,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -41,6 +44,7 @@ struct options {
   std::string connect;  // peer host (client); empty: server
   unsigned port = 18515;
   bool local = false;  // GPU halves only, even where an RDMA device exists
+  int timeout_s = 30;
 };
 
 void usage(std::FILE* f) {
@@ -52,7 +56,7 @@ void usage(std::FILE* f) {
                "  --iters N                  timed round trips (default 10), --warmup N (default 2)\n"
                "  --gpu N                    CUDA device (default 0); the RDMA device is RDX_DEVICE or the nearest\n"
                "  --chunk N[K|M]             staging chunk, a multiple of 4K (default 4M); --depth N bounce buffers (default 2)\n"
-               "  --port N                   TCP port of the bootstrap (default 18515)\n"
+               "  --port N                   TCP port of the bootstrap (default 18515); --timeout S per step (default 30)\n"
                "  --local                    run the GPU halves on this machine only, no network\n");
 }
 
@@ -100,10 +104,13 @@ options parse(int argc, char** argv) {
       o.chunk = parse_size(a, value());
     } else if (a == "--depth") {
       o.depth = parse_size(a, value());
+      if (o.depth < 2 || o.depth > 64) throw std::invalid_argument("--depth: 2 to 64 bounce buffers");
     } else if (a == "--connect") {
       o.connect = value();
     } else if (a == "--port") {
       o.port = static_cast<unsigned>(parse_size(a, value()));
+    } else if (a == "--timeout") {
+      o.timeout_s = static_cast<int>(parse_size(a, value()));
     } else if (a == "--local") {
       o.local = true;
     } else {
@@ -186,6 +193,300 @@ int run_local(const options& o) {
   return 0;
 }
 
+
+// --- the network half: two nodes, one RC queue pair ----------------------------
+
+struct failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What both sides must agree on; the server takes the client's numbers.
+struct settings {
+  std::uint32_t path = 0;  // 1 direct, 2 staged: what this side can or must do
+  std::uint32_t forced = 0;
+  std::uint64_t size = 0;
+  std::uint32_t iters = 0;
+  std::uint32_t warmup = 0;
+  std::uint64_t chunk = 0;
+  std::uint32_t depth = 0;
+};
+constexpr std::size_t settings_bytes = 40;
+
+void put_be(std::byte* p, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = std::byte(v >> (8 * (n - 1 - i)));
+}
+std::uint64_t get_be(const std::byte* p, int n) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  return v;
+}
+
+settings exchange_settings(const rdx::tcp::socket& sock, const settings& mine, std::chrono::seconds timeout) {
+  std::byte out[settings_bytes] = {};
+  std::memcpy(out, "RDXG", 4);
+  put_be(out + 4, mine.path, 4);
+  put_be(out + 8, mine.forced, 4);
+  put_be(out + 12, mine.size, 8);
+  put_be(out + 20, mine.iters, 4);
+  put_be(out + 24, mine.warmup, 4);
+  put_be(out + 28, mine.chunk, 8);
+  put_be(out + 36, mine.depth, 4);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  sock.send_all(out, deadline, "send settings");
+  std::byte in[settings_bytes] = {};
+  sock.recv_exact(in, deadline, "receive settings");
+  if (std::memcmp(in, "RDXG", 4) != 0) throw failure("the peer at " + sock.peer() + " is not a gpu_pingpong");
+  settings p;
+  p.path = static_cast<std::uint32_t>(get_be(in + 4, 4));
+  p.forced = static_cast<std::uint32_t>(get_be(in + 8, 4));
+  p.size = get_be(in + 12, 8);
+  p.iters = static_cast<std::uint32_t>(get_be(in + 20, 4));
+  p.warmup = static_cast<std::uint32_t>(get_be(in + 24, 4));
+  p.chunk = get_be(in + 28, 8);
+  p.depth = static_cast<std::uint32_t>(get_be(in + 36, 4));
+  return p;
+}
+
+constexpr std::uint32_t path_direct = 1;
+constexpr std::uint32_t max_depth = 64;
+constexpr std::uint32_t path_staged = 2;
+
+// Both sides compute the same answer from the two settings.
+std::uint32_t agree_path(const settings& client, const settings& server) {
+  if (client.forced != 0 && server.forced != 0 && client.forced != server.forced)
+    throw failure("--path direct on one side and --path staged on the other");
+  const std::uint32_t forced = client.forced != 0 ? client.forced : server.forced;
+  if (forced == path_direct && (client.path != path_direct || server.path != path_direct))
+    throw failure(std::string("--path direct, but ") + (client.path != path_direct ? "the client" : "the server") +
+                  " cannot register its GPU memory (see its probe output)");
+  if (forced != 0) return forced;
+  return client.path == path_direct && server.path == path_direct ? path_direct : path_staged;
+}
+
+struct link {
+  rdx::context ctx;
+  rdx::protection_domain pd;
+  rdx::completion_queue send_cq;
+  rdx::completion_queue recv_cq;
+  rdx::queue_pair qp;
+  std::chrono::seconds timeout;
+  std::uint32_t recvs;
+
+  link(rdx::context c, std::uint32_t recv_depth, std::chrono::seconds t)
+      : ctx(std::move(c)),
+        pd(ctx),
+        send_cq(ctx, 32),
+        recv_cq(ctx, static_cast<int>(recv_depth + 8)),
+        qp(pd, send_cq, recv_cq,
+           rdx::queue_pair_attr{.max_send_wr = 16, .max_recv_wr = recv_depth, .remote_access = rdx::access::remote_write}),
+        timeout(t),
+        recvs(recv_depth) {}
+
+  void post_recv() {
+    // Data arrives by RDMA write with immediate, credits as empty sends: the
+    // receive itself never holds bytes.
+    if (auto ec = qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{}))) throw failure("post a receive: " + ec.message());
+  }
+  rdx::completion wait(rdx::completion_queue& cq, const std::string& what) {
+    rdx::completion c{};
+    const std::error_code ec = rdx::poll_one(cq, c, timeout);
+    if (ec == rdx::errc::timed_out)
+      throw failure("no " + what + " completion within " + std::to_string(timeout.count()) + " s (has the peer stopped?)");
+    if (ec) throw failure("polling for " + what + ": " + ec.message());
+    if (!c.ok()) throw failure(what + " failed: " + c.error().message());
+    return c;
+  }
+  void send_done(const std::string& what) { (void)wait(send_cq, what); }
+  // Waits for the next receive (a write with immediate or a credit), checks
+  // its immediate, and reposts a receive.
+  rdx::completion expect(std::uint32_t imm, const std::string& what) {
+    rdx::completion c = wait(recv_cq, what);
+    post_recv();
+    if (!c.has_imm() || c.imm() != imm)
+      throw failure(what + ": immediate " + (c.has_imm() ? std::to_string(c.imm()) : std::string("none")) +
+                    ", expected " + std::to_string(imm));
+    return c;
+  }
+  void post(rdx::send_wr&& w, const std::string& what) {
+    if (auto ec = qp.post_send(w)) throw failure("post " + what + ": " + ec.message());
+  }
+};
+
+constexpr std::uint32_t data_tag(std::size_t chunk) { return 0x80000000u | static_cast<std::uint32_t>(chunk & 0x7fffffffu); }
+constexpr std::uint32_t credit_tag(std::size_t chunk) { return static_cast<std::uint32_t>(chunk & 0x7fffffffu); }
+
+// Staged, sender side: each chunk that reached the bounce buffer is written
+// into the same slot of the peer's bounce buffers, once the peer has said the
+// slot is free (a credit) for chunks past the first `depth`.
+void staged_send(link& l, rdx::cuda::staging_pipeline& pipe, const rdx::memory_region& bounce_mr,
+                 const rdx::remote_descriptor& peer_bounce, const void* src, std::size_t size) {
+  const std::size_t chunk = pipe.options().chunk_bytes;
+  const std::size_t depth = pipe.options().depth;
+  (void)pipe.send(src, size, [&](const rdx::cuda::staged_chunk& c) {
+    if (c.index >= depth) (void)l.expect(credit_tag(c.index), "credit for chunk " + std::to_string(c.index));
+    l.post(rdx::wr::write_imm(bounce_mr.sge(c.slot * chunk, c.host.size()), rdx::at(peer_bounce, c.slot * chunk),
+                              data_tag(c.index)),
+           "write of chunk " + std::to_string(c.index));
+    l.send_done("write of chunk " + std::to_string(c.index));
+  });
+}
+
+// Staged, receiver side: free each slot (a credit) before its next chunk may
+// come, wait for the chunk, and let the pipeline copy it to the GPU.
+void staged_receive(link& l, rdx::cuda::staging_pipeline& pipe, void* dst, std::size_t size) {
+  const std::size_t depth = pipe.options().depth;
+  (void)pipe.receive(dst, size, [&](const rdx::cuda::staged_chunk& c) {
+    if (c.index >= depth) {
+      l.post(rdx::wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index)), "credit");
+      l.send_done("credit for chunk " + std::to_string(c.index));
+    }
+    const auto done = l.expect(data_tag(c.index), "chunk " + std::to_string(c.index));
+    if (done.byte_len() != c.host.size())
+      throw failure("chunk " + std::to_string(c.index) + ": " + std::to_string(done.byte_len()) + " bytes, expected " +
+                    std::to_string(c.host.size()));
+  });
+}
+
+int run_network(const options& o) {
+  const bool client = !o.connect.empty();
+  const auto timeout = std::chrono::seconds(o.timeout_s);
+  const auto name = rdx::cuda::rdma_device_for_gpu(o.gpu);
+  rdx::context ctx = name ? rdx::context::open(*name) : rdx::context::open_default();
+  std::printf("gpu_pingpong %s: RDMA device %s (%s)\n", client ? "client" : "server", ctx.name().c_str(),
+              std::getenv("RDX_DEVICE") != nullptr ? "RDX_DEVICE" : "nearest to the GPU");
+
+  rdx::tcp::socket sock;
+  if (client) {
+    sock = rdx::tcp::connect(o.connect, static_cast<std::uint16_t>(o.port), timeout);
+  } else {
+    auto l = rdx::tcp::listener::bind("", static_cast<std::uint16_t>(o.port));
+    std::printf("gpu_pingpong server: waiting for a client on TCP port %u\n", l.port());
+    std::fflush(stdout);
+    sock = l.accept(timeout);
+  }
+
+  rdx::cuda::device_guard g(o.gpu);
+  link l(std::move(ctx), 2 * max_depth + 8, timeout);
+  l.qp.to_init();
+  for (std::uint32_t i = 0; i < l.recvs; ++i) l.post_recv();
+
+  // Can this side register GPU memory? Try it on a small buffer, unless staged
+  // is forced; the real buffers are registered once the sizes are agreed.
+  bool can_register = false;
+  if (o.path != "staged") {
+    try {
+      rdx::cuda::device_buffer<std::byte> probe_buf(2u << 20);
+      const auto mr = rdx::cuda::register_memory(l.pd, probe_buf, rdx::access::local_write);
+      std::printf("gpu_pingpong: GPU memory registers through %s\n", std::string(rdx::cuda::to_string(mr.path)).c_str());
+      can_register = true;
+    } catch (const rdx::error& e) {
+      std::printf("gpu_pingpong: GPU memory does not register here, so staged: %s\n", e.what());
+    }
+  }
+  settings mine{};
+  mine.forced = o.path == "direct" ? path_direct : o.path == "staged" ? path_staged : 0;
+  mine.size = o.size;
+  mine.iters = static_cast<std::uint32_t>(o.iters);
+  mine.warmup = static_cast<std::uint32_t>(o.warmup);
+  mine.chunk = o.chunk;
+  mine.depth = static_cast<std::uint32_t>(o.depth);
+  mine.path = can_register ? path_direct : path_staged;
+  const settings peer = exchange_settings(sock, mine, timeout);
+  const settings& lead = client ? mine : peer;
+  const std::uint32_t path = agree_path(client ? mine : peer, client ? peer : mine);
+  const std::size_t size = lead.size;
+  const int iters = static_cast<int>(lead.iters);
+  const int warmup = static_cast<int>(lead.warmup);
+
+  rdx::cuda::device_buffer<std::byte> src(size);
+  rdx::cuda::device_buffer<std::byte> dst(size);
+  rdx::cuda::stream s;
+  const std::uint32_t depth = lead.depth;
+
+  std::optional<rdx::cuda::gpu_memory_region> src_mr, dst_mr;
+  std::optional<rdx::cuda::staging_pipeline> pipe;
+  std::optional<rdx::memory_region> bounce_mr;
+  std::vector<rdx::remote_descriptor> mine_desc;
+  const auto rights = rdx::access::local_write | rdx::access::remote_write;
+  if (path == path_direct) {
+    src_mr.emplace(rdx::cuda::register_memory(l.pd, src, rdx::access::local_write));
+    dst_mr.emplace(rdx::cuda::register_memory(l.pd, dst, rights));
+    mine_desc.push_back(dst_mr->region.remote());
+    std::printf("gpu_pingpong: path direct (%s)\n", std::string(rdx::cuda::to_string(dst_mr->path)).c_str());
+  } else {
+    pipe.emplace(rdx::cuda::staging_options{.chunk_bytes = lead.chunk, .depth = depth, .device = o.gpu});
+    bounce_mr.emplace(l.pd, pipe->bounce_buffers(), rights);
+    mine_desc.push_back(bounce_mr->remote());
+    std::printf("gpu_pingpong: path staged (%zu KiB chunks, %u bounce buffers)\n", static_cast<std::size_t>(lead.chunk >> 10),
+                depth);
+  }
+  const rdx::wire::message remote = rdx::tcp::exchange(sock, l.qp.local_endpoint(), mine_desc, timeout);
+  if (remote.descriptors.size() != 1 || !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth))
+    throw failure("the peer's memory descriptor does not cover what this side will write");
+  const rdx::remote_descriptor peer_mem = remote.descriptors[0];
+  l.qp.connect(remote.ep);
+  rdx::tcp::barrier(sock, timeout);
+
+  const rdx::cuda::gpudirect_flush flush(o.gpu, rdx::cuda::flush_scope::owner);
+  const auto one_way = [&](const void* from, void* to, bool sending, std::uint32_t k) {
+    if (path == path_direct) {
+      if (sending) {
+        // The whole registered src goes out; GPU memory is never read by the
+        // CPU, so no inline payload.
+        (void)from;
+        l.post(std::move(rdx::wr::write_imm(src_mr->region.sge(), rdx::at(peer_mem, 0), k).no_inline()), "write");
+        l.send_done("write");
+      } else {
+        (void)l.expect(k, "write of round trip " + std::to_string(k));
+        if (flush() == rdx::cuda::flush_method::rdma_read)
+          throw failure("this GPU needs an RDMA read to flush GPUDirect writes; use --path staged");
+      }
+    } else if (sending) {
+      staged_send(l, *pipe, *bounce_mr, peer_mem, from, size);
+    } else {
+      staged_receive(l, *pipe, to, size);
+    }
+  };
+
+  std::vector<double> rtt;
+  for (int it = -warmup; it < iters; ++it) {
+    const auto k = static_cast<std::uint32_t>(it + warmup);
+    const std::uint64_t seed = 0x5eed0000ull + k;
+    RDX_CUDA_TRY(cudaMemsetAsync(dst.data(), 0, size, s.native_handle()));
+    if (client) gpu_pingpong::fill(src.data(), size, seed, s.native_handle());
+    s.synchronize();
+    rdx::tcp::barrier(sock, timeout);  // the peer's dst is cleared too
+    if (client) {
+      const auto t0 = std::chrono::steady_clock::now();
+      one_way(src.data(), nullptr, true, k);
+      one_way(nullptr, dst.data(), false, k);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!report_check("the echo", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) return 1;
+      if (it >= 0) rtt.push_back(std::chrono::duration<double>(t1 - t0).count());
+    } else {
+      one_way(nullptr, dst.data(), false, k);
+      if (!report_check("the ping", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) return 1;
+      // Echo: direct writes from src, so copy the checked bytes there first.
+      if (path == path_direct) {
+        RDX_CUDA_TRY(cudaMemcpyAsync(src.data(), dst.data(), size, cudaMemcpyDeviceToDevice, s.native_handle()));
+        s.synchronize();
+      }
+      one_way(path == path_direct ? src.data() : dst.data(), nullptr, true, k);
+    }
+  }
+  rdx::tcp::barrier(sock, timeout);
+  if (client) {
+    const double m = median(rtt);
+    std::printf("gpu_pingpong: path %s, %zu bytes, %d round trips, every byte checked on both GPUs\n",
+                path == path_direct ? "direct" : "staged", size, iters);
+    std::printf("gpu_pingpong: one-way latency median %.1f us, bandwidth %.2f GB/s\n", m / 2 * 1e6,
+                static_cast<double>(size) / (m / 2) / 1e9);
+  } else {
+    std::printf("gpu_pingpong server: %d payloads of %zu bytes checked and echoed\n", iters + warmup, size);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -200,10 +501,6 @@ int main(int argc, char** argv) try {
               report.gpu_name.c_str(), report.gpu_pci_address.c_str(),
               report.rdma_device.empty() ? "none" : report.rdma_device.c_str(),
               std::string(rdx::cuda::to_string(best)).c_str(), o.path.c_str());
-  if (o.path == "direct" && best == rdx::cuda::gpu_path::staged) {
-    std::fprintf(stderr, "gpu_pingpong: --path direct, but no GPUDirect path works here:\n%s", report.to_string().c_str());
-    return 1;
-  }
   if (o.local || rdma_device_count() == 0) {
     if (!o.local) {
       std::printf("gpu_pingpong: the network half needs an RDMA device and ibv_get_device_list found none here;"
@@ -212,15 +509,13 @@ int main(int argc, char** argv) try {
                   " `gpu_pingpong --connect <first>` on the other.\n");
     }
     if (o.path == "direct") {
-      std::fprintf(stderr, "gpu_pingpong: --path direct needs an RDMA device\n");
+      std::fprintf(stderr, "gpu_pingpong: --path direct needs an RDMA device to register GPU memory with:\n%s",
+                   report.to_string().c_str());
       return 1;
     }
     return run_local(o);
   }
-  std::fprintf(stderr,
-               "gpu_pingpong: the two-node exchange over rdx channels is not written yet; run with --local for the GPU "
-               "halves\n");
-  return 2;
+  return run_network(o);
 } catch (const std::invalid_argument& e) {
   std::fprintf(stderr, "gpu_pingpong: %s (see --help)\n", e.what());
   return 2;

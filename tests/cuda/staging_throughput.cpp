@@ -65,7 +65,10 @@ int main(int argc, char** argv) try {
   for (const std::size_t chunk : chunks) {
     for (const std::size_t depth : {std::size_t{2}, std::size_t{4}}) {
       rdx::cuda::staging_pipeline p({.chunk_bytes = chunk, .depth = depth});
-      // Correctness once per configuration: every chunk checked as it lands.
+      // The timed receives below overwrite dev with bounce-buffer leftovers:
+      // restore the pattern, then check every chunk of one send as it lands.
+      rdx_test::gpu_fill(dev.data(), bytes, 31337);
+      RDX_CUDA_TRY(cudaDeviceSynchronize());
       std::uint64_t bad = 0;
       (void)p.send(dev.data(), bytes, [&](const rdx::cuda::staged_chunk& c) {
         bad += rdx::cuda::check_pattern_host(c.host.data(), c.host.size(), 31337, c.offset).mismatches;
