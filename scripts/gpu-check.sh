@@ -66,6 +66,18 @@ for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test
   row "test $t" "$r"
 done
 
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -n $SAN ]]; then
+  echo "== compute-sanitizer memcheck"
+  for t in cuda_pattern_test cuda_staging_test; do
+    "$SAN" --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >>"$OUT/ctest.log" 2>&1
+    rc=$?
+    row "memcheck $t" "$([[ $rc == 0 ]] && echo clean || echo "FAILED (exit $rc)")"
+  done
+else
+  row "memcheck" "compute-sanitizer not installed"
+fi
+
 echo "== probe and topology (real sysfs)"
 "$BUILD/tests/cuda/cuda_gpu_info" >"$OUT/probe.log" 2>&1
 rc=$?
@@ -88,6 +100,9 @@ echo "== gpu_pingpong"
 rc=$?
 cat "$OUT/pingpong.log"
 row "gpu_pingpong --size 256M --iters 5" "exit $rc; $(grep -m1 -o 'latency.*GB/s' "$OUT/pingpong.log" | cut -c1-60)"
+"$BUILD/examples/gpu_pingpong/gpu_pingpong" --size 1M --iters 2 --path direct >>"$OUT/pingpong.log" 2>&1
+rc=$?
+row "gpu_pingpong --path direct (no RDMA device)" "exit $rc ($([[ $rc == 1 ]] && echo 'refused, as it must' || echo 'UNEXPECTED'))"
 
 echo
 echo "== summary (logs in $OUT)"

@@ -117,3 +117,41 @@ TEST_CASE("the flush step follows the device's attributes and runs", "[cuda]") {
     REQUIRE(flush() == flush.method());  // cudaDeviceFlushGPUDirectRDMAWrites succeeds where chosen
   }
 }
+
+TEST_CASE("export_dma_buf gives the page-aligned allocation and the range's offset in it", "[cuda]") {
+  if (attribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) == 0) {
+    WARN("DMA_BUF_SUPPORTED is 0 on this GPU: export not checked");
+    return;
+  }
+  rdx::cuda::device_buffer<std::byte> b((4u << 20) + 100);
+  const std::size_t inner = 12288 + 64;
+  int fd = -1;
+  {
+    auto r = rdx::cuda::export_dma_buf(b.data() + inner, 1u << 20);
+    fd = r.fd();
+    REQUIRE(fd >= 0);
+    REQUIRE(::fcntl(fd, F_GETFD) != -1);
+    REQUIRE(r.offset() == inner);  // cudaMalloc allocations start page-aligned
+    REQUIRE(r.length() == (1u << 20));
+    REQUIRE(r.iova() == reinterpret_cast<std::uint64_t>(b.data() + inner));
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    REQUIRE(r.dma_buf_bytes() % page == 0);
+    REQUIRE(r.dma_buf_bytes() >= b.size_bytes());
+    auto moved = std::move(r);
+    REQUIRE(r.fd() == -1);  // NOLINT(bugprone-use-after-move)
+    REQUIRE(moved.fd() == fd);
+  }
+  // The range closed its fd.
+  REQUIRE(::fcntl(fd, F_GETFD) == -1);
+
+  // The whole buffer, exactly, is fine; one byte more is not.
+  REQUIRE_NOTHROW(rdx::cuda::export_dma_buf(b.data(), b.size_bytes()));
+  try {
+    (void)rdx::cuda::export_dma_buf(b.data() + 4096, b.size_bytes());
+    FAIL("a range past the allocation exported");
+  } catch (const rdx::error& e) {
+    REQUIRE(e.code() == rdx::errc::out_of_range);
+  }
+  rdx::cuda::pinned_buffer<std::byte> host(4096);
+  REQUIRE_THROWS_WITH(rdx::cuda::export_dma_buf(host.data(), 4096), Catch::Contains("not device memory"));
+}

@@ -13,10 +13,12 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
+#include <utility>
 
 namespace rdx::cuda {
 
@@ -34,32 +36,92 @@ struct registration_attempts {
 
 inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
 
-//! dma-buf: export the whole allocation, page-aligned, and register the
-//! caller's range inside it at its own virtual address. nullptr on failure,
-//! with the reason in why.
-inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int device, int rights, std::string& why) {
+inline std::string hex_address(std::uintptr_t a) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  return buf;
+}
+}  // namespace detail
+
+//! A dma-buf exported by the CUDA driver over a whole device allocation, and
+//! where a range of it sits: what ibv_reg_dmabuf_mr takes. Owns the fd.
+class dma_buf_range {
+public:
+  dma_buf_range(int fd, std::uint64_t offset, std::size_t length, std::uint64_t iova, std::size_t dma_buf_bytes) noexcept
+      : fd_(fd), offset_(offset), length_(length), iova_(iova), dma_buf_bytes_(dma_buf_bytes) {}
+  dma_buf_range(dma_buf_range&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)), offset_(o.offset_), length_(o.length_), iova_(o.iova_),
+        dma_buf_bytes_(o.dma_buf_bytes_) {}
+  dma_buf_range& operator=(dma_buf_range&& o) noexcept {
+    if (this != &o) {
+      close();
+      fd_ = std::exchange(o.fd_, -1);
+      offset_ = o.offset_;
+      length_ = o.length_;
+      iova_ = o.iova_;
+      dma_buf_bytes_ = o.dma_buf_bytes_;
+    }
+    return *this;
+  }
+  dma_buf_range(const dma_buf_range&) = delete;
+  dma_buf_range& operator=(const dma_buf_range&) = delete;
+  ~dma_buf_range() { close(); }
+
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+  //! Offset of the range from the start of the dma-buf.
+  [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
+  [[nodiscard]] std::size_t length() const noexcept { return length_; }
+  //! The range's own virtual address: the NIC addresses it as ibv_reg_mr would.
+  [[nodiscard]] std::uint64_t iova() const noexcept { return iova_; }
+  //! Bytes the dma-buf spans (the allocation, rounded out to host pages).
+  [[nodiscard]] std::size_t dma_buf_bytes() const noexcept { return dma_buf_bytes_; }
+  //! Closes the fd (a registration keeps its own reference to the dma-buf).
+  void close() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+private:
+  int fd_ = -1;
+  std::uint64_t offset_ = 0;
+  std::size_t length_ = 0;
+  std::uint64_t iova_ = 0;
+  std::size_t dma_buf_bytes_ = 0;
+};
+
+//! Exports the allocation holding device bytes [device_ptr, device_ptr +
+//! bytes) as a dma-buf: the whole allocation (cuMemGetAddressRange), rounded
+//! out to host pages, and the range's offset in it.
+//! @throws rdx::error (unsupported) saying which step failed and why;
+//!         (out_of_range) when the range runs past its allocation
+[[nodiscard]] inline dma_buf_range export_dma_buf(const void* device_ptr, std::size_t bytes) {
+  int device = 0;
+  {
+    cudaPointerAttributes pa{};
+    RDX_CUDA_TRY(cudaPointerGetAttributes(&pa, device_ptr));
+    if (pa.type != cudaMemoryTypeDevice) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "export_dma_buf: " + detail::hex_address(reinterpret_cast<std::uintptr_t>(device_ptr)) +
+                                                         " is not device memory");
+    }
+    device = pa.device;
+  }
   int attr = 0;
-  if (cudaDeviceGetAttribute(&attr, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), device) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    why = "cudaDeviceGetAttribute(DMA_BUF_SUPPORTED) failed";
-    return nullptr;
-  }
+  RDX_CUDA_TRY(cudaDeviceGetAttribute(&attr, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), device));
   if (attr == 0) {
-    why = "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on GPU " + std::to_string(device);
-    return nullptr;
+    rdx::detail::throw_rdx(errc::unsupported, "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on GPU " + std::to_string(device) +
+                                                  " (driver too old, or not the open kernel modules)");
   }
-  const auto& drv = driver();
+  const auto& drv = detail::driver();
+  const auto addr = reinterpret_cast<std::uintptr_t>(device_ptr);
   CUdeviceptr base = 0;
   std::size_t size = 0;
-  if (CUresult st = drv.mem_get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)); st != CUDA_SUCCESS) {
-    why = "cuMemGetAddressRange: " + driver_category().message(static_cast<int>(st));
-    return nullptr;
+  if (CUresult st = drv.mem_get_address_range(&base, &size, static_cast<CUdeviceptr>(addr)); st != CUDA_SUCCESS) {
+    rdx::detail::throw_rdx(errc::unsupported, "cuMemGetAddressRange: " + driver_category().message(static_cast<int>(st)));
   }
-  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  if (addr + bytes > base + size) {
-    why = "the range runs past its allocation (" + std::to_string(base + size - addr) + " bytes left)";
-    return nullptr;
+  if (bytes > base + size - addr) {
+    rdx::detail::throw_rdx(errc::out_of_range, "export_dma_buf: " + std::to_string(bytes) + " bytes at " +
+                                                   detail::hex_address(addr) + " run past the allocation's end (" +
+                                                   std::to_string(base + size - addr) + " bytes left)");
   }
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const std::uintptr_t aligned_base = base & ~(page - 1);
@@ -68,19 +130,30 @@ inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int de
   if (CUresult st = drv.mem_get_handle_for_address_range(&fd, aligned_base, aligned_end - aligned_base,
                                                           CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
       st != CUDA_SUCCESS || fd < 0) {
-    why = "cuMemGetHandleForAddressRange(DMA_BUF_FD): " + driver_category().message(static_cast<int>(st));
+    rdx::detail::throw_rdx(errc::unsupported,
+                           "cuMemGetHandleForAddressRange(DMA_BUF_FD): " + driver_category().message(static_cast<int>(st)));
+  }
+  return dma_buf_range(fd, addr - aligned_base, bytes, addr, aligned_end - aligned_base);
+}
+
+namespace detail {
+//! dma-buf: register the caller's range of the exported allocation at its own
+//! virtual address. nullptr on failure, with the reason in why.
+inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int rights, std::string& why) {
+  try {
+    dma_buf_range r = export_dma_buf(ptr, bytes);
+    errno = 0;
+    ibv_mr* mr = ::ibv_reg_dmabuf_mr(pd, r.offset(), r.length(), r.iova(), r.fd(), rights);
+    const int err = errno;
+    if (mr == nullptr) {
+      why = "ibv_reg_dmabuf_mr: " + errno_text(err != 0 ? err : EINVAL);
+      if (err == EOPNOTSUPP || err == ENOSYS) why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
+    }
+    return mr;  // r closes the fd: the registration holds its own reference
+  } catch (const rdx::error& e) {
+    why = e.what();
     return nullptr;
   }
-  errno = 0;
-  ibv_mr* mr = ::ibv_reg_dmabuf_mr(pd, addr - aligned_base, bytes, addr, fd, rights);
-  const int err = errno;
-  // The registration holds its own reference to the dma-buf.
-  ::close(fd);
-  if (mr == nullptr) {
-    why = "ibv_reg_dmabuf_mr: " + errno_text(err != 0 ? err : EINVAL);
-    if (err == EOPNOTSUPP || err == ENOSYS) why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
-  }
-  return mr;
 }
 
 //! peermem: the NIC driver asks nvidia_peermem to pin the GPU pages.
@@ -139,7 +212,7 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
 
   detail::registration_attempts tried;
   if (force == gpu_path::automatic || force == gpu_path::dma_buf) {
-    if (ibv_mr* mr = detail::register_dma_buf(pd.native_handle(), device_ptr, bytes, pa.device, to_ibv(rights), tried.dma_buf)) {
+    if (ibv_mr* mr = detail::register_dma_buf(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.dma_buf)) {
       return {memory_region::adopt(pd, mr), gpu_path::dma_buf};
     }
   }
