@@ -10,10 +10,12 @@
 #include <rdx/verbs/device_list.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/memory_window.hpp>
 #include <rdx/verbs/poll.hpp>
 #include <rdx/verbs/post.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
 
 #include <rdx/connect/endpoint.hpp>

@@ -328,6 +328,95 @@ TEST_CASE("UD send and receive through an address handle") {
   CHECK(std::memcmp(dst.data() + 40, src.data(), 200) == 0);
 }
 
+TEST_CASE("a shared receive queue feeds two queue pairs") {
+  auto ctx = rdx_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::completion_queue scq(ctx, 16), rcq(ctx, 16);
+  rdx::shared_receive_queue srq(pd, {.max_wr = 8});
+  CHECK(srq.max_wr() >= 8);
+  rdx::queue_pair a1(pd, scq, scq), a2(pd, scq, scq);
+  rdx::queue_pair b1(pd, rcq, rcq, {.srq = &srq}), b2(pd, rcq, rcq, {.srq = &srq});
+  a1.connect(b1.local_endpoint());
+  b1.connect(a1.local_endpoint());
+  a2.connect(b2.local_endpoint());
+  b2.connect(a2.local_endpoint());
+  rdx::registered_buffer<char> src(pd, 64), dst(pd, 4 * 64);
+  CHECK(b1.post_recv(rdx::wr::recv(dst.sge(0, 64))) == rdx::errc::invalid_argument);
+  rdx::recv_batch<4> batch;
+  for (std::size_t i = 0; i < 4; ++i) REQUIRE(batch.push(rdx::wr::recv(dst.sge(i * 64, 64))));
+  REQUIRE(!srq.post_recv(batch.requests()));
+  std::memcpy(src.data(), "one", 4);
+  REQUIRE(!a1.post_send(rdx::wr::send(src.sge(0, 4))));
+  REQUIRE(wait_one(scq).ok());
+  auto r1 = wait_one(rcq);
+  REQUIRE(r1.ok());
+  CHECK(r1.qp_num() == b1.qp_num());
+  std::memcpy(src.data(), "two", 4);
+  REQUIRE(!a2.post_send(rdx::wr::send(src.sge(0, 4))));
+  REQUIRE(wait_one(scq).ok());
+  auto r2 = wait_one(rcq);
+  REQUIRE(r2.ok());
+  CHECK(r2.qp_num() == b2.qp_num());
+  CHECK(std::strcmp(dst.data(), "one") == 0);
+  CHECK(std::strcmp(dst.data() + 64, "two") == 0);
+}
+
+TEST_CASE("a type 1 memory window grants access until it is unbound") {
+  loopback lb;
+  rdx::registered_buffer<char> src(lb.pd, 256);
+  rdx::registered_buffer<char> win(lb.pd, 4096, rdx::access::mw_bind | rdx::access::local_write);
+  fill(src.span(), 'w');
+  rdx::memory_window mw(lb.pd, rdx::mw_type::type1);
+  // The window is bound through b (the side that owns the memory).
+  REQUIRE(!mw.bind(lb.b, win.region(), 1024, 512, rdx::access::remote_write));
+  auto bc = wait_one(lb.cq_b);
+  INFO(bc.error().message());
+  REQUIRE(bc.ok());
+  CHECK(bc.opcode() == IBV_WC_BIND_MW);
+  auto granted = mw.remote();
+  CHECK(granted.length == 512);
+  CHECK(granted.addr == reinterpret_cast<std::uint64_t>(win.data() + 1024));
+  CHECK(granted.rkey != win.rkey());
+  CHECK(mw.bind(lb.b, win.region(), 4000, 512, rdx::access::remote_write) == rdx::errc::out_of_range);
+
+  REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(0, 256), rdx::at(granted, 100))));
+  auto w = wait_one(lb.cq_a);
+  INFO(w.error().message());
+  REQUIRE(w.ok());
+  CHECK(std::memcmp(win.data() + 1124, src.data(), 256) == 0);
+
+  REQUIRE(!mw.unbind(lb.b));
+  REQUIRE(wait_one(lb.cq_b).ok());
+  REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(0, 8), rdx::at(granted))));
+  CHECK(wait_one(lb.cq_a).status() == IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_CASE("a type 2 memory window binds and is invalidated by work requests") {
+  loopback lb;
+  rdx::registered_buffer<char> src(lb.pd, 256);
+  rdx::registered_buffer<char> win(lb.pd, 4096, rdx::access::mw_bind | rdx::access::local_write);
+  fill(src.span(), 'v');
+  rdx::memory_window mw(lb.pd, rdx::mw_type::type2);
+  REQUIRE(!lb.b.post_send(mw.bind_wr(win.region(), 0, 1024, rdx::access::remote_write | rdx::access::remote_read)));
+  auto bc = wait_one(lb.cq_b);
+  INFO(bc.error().message());
+  REQUIRE(bc.ok());
+  auto granted = mw.remote();
+  CHECK(granted.length == 1024);
+  REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(0, 128), rdx::at(granted, 8))));
+  auto w = wait_one(lb.cq_a);
+  INFO(w.error().message());
+  REQUIRE(w.ok());
+  CHECK(std::memcmp(win.data() + 8, src.data(), 128) == 0);
+
+  REQUIRE(!lb.b.post_send(mw.invalidate_wr()));
+  auto ic = wait_one(lb.cq_b);
+  INFO(ic.error().message());
+  REQUIRE(ic.ok());
+  REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(0, 8), rdx::at(granted))));
+  CHECK(wait_one(lb.cq_a).status() == IBV_WC_REM_ACCESS_ERR);
+}
+
 // Counts C++ heap allocations (operator new) made by the measured loop below.
 namespace {
 std::atomic<long> g_news{0};

@@ -328,6 +328,21 @@ TEST_CASE("queue pair depths above the device limit are refused, naming field, v
   guard.check();
 }
 
+TEST_CASE("shared receive queue depth above the device limit is refused") {
+  auto ctx = open_device();
+  leak_guard guard(ctx.name());
+  auto d = ctx.query_device();
+  {
+    rdx::protection_domain pd(ctx);
+    auto big = static_cast<std::uint32_t>(d.max_srq_wr) + 1;
+    auto e = expect_error([&] { rdx::shared_receive_queue srq(pd, {.max_wr = big}); });
+    CHECK(e.code() == rdx::errc::limit_exceeded);
+    CHECK_THAT(e.what(), Catch::Contains("max_wr = " + std::to_string(big)) &&
+                             Catch::Contains(std::to_string(d.max_srq_wr)));
+  }
+  guard.check();
+}
+
 TEST_CASE("queue pair state transitions: reset, init, rtr, rts, error, reset") {
   auto ctx = open_device();
   rdx::protection_domain pd(ctx);

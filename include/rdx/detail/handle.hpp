@@ -16,7 +16,7 @@ struct verbs_deleter {
   using destroy_fn = int (*)(T*);
   destroy_fn destroy = nullptr;
   const char* verb = "";
-  std::array<std::shared_ptr<const void>, 3> parents{};
+  std::array<std::shared_ptr<const void>, 4> parents{};
   bool released = false;
 
   void operator()(T* p) const noexcept {
@@ -31,7 +31,7 @@ using shared_verbs = std::shared_ptr<T>;
 
 template <class T>
 [[nodiscard]] shared_verbs<T> make_shared_verbs(T* p, int (*destroy)(T*), const char* verb,
-                                                std::array<std::shared_ptr<const void>, 3> parents = {}) {
+                                                std::array<std::shared_ptr<const void>, 4> parents = {}) {
   // If allocating the control block throws, shared_ptr calls the deleter: nothing leaks.
   return shared_verbs<T>(p, verbs_deleter<T>{destroy, verb, std::move(parents), false});
 }

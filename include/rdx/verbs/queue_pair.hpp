@@ -11,6 +11,7 @@
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/protection_domain.hpp>
+#include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
 
 #include <infiniband/verbs.h>
@@ -80,6 +81,8 @@ struct queue_pair_attr {
   std::uint16_t pkey_index = 0;
   std::uint32_t qkey = default_qkey;         //!< UD only
   bool sq_sig_all = false;
+  //! Receives come from this shared receive queue (kept alive by the QP); max_recv_* are ignored.
+  const shared_receive_queue* srq = nullptr;
 };
 
 //! Connection settings (RTR and RTS); defaults from DESIGN.md, 0 = from the device.
@@ -192,9 +195,10 @@ public:
     ia.qp_type = static_cast<ibv_qp_type>(attr.type);
     ia.sq_sig_all = attr.sq_sig_all ? 1 : 0;
     ia.cap.max_send_wr = attr.max_send_wr;
-    ia.cap.max_recv_wr = attr.max_recv_wr;
+    ia.cap.max_recv_wr = attr.srq != nullptr ? 0 : attr.max_recv_wr;
     ia.cap.max_send_sge = attr.max_send_sge;
-    ia.cap.max_recv_sge = attr.max_recv_sge;
+    ia.cap.max_recv_sge = attr.srq != nullptr ? 0 : attr.max_recv_sge;
+    if (attr.srq != nullptr) ia.srq = attr.srq->native_handle();
     ia.cap.max_inline_data = attr.max_inline_data.value_or(64);
     ibv_qp* qp = ::ibv_create_qp(pd.native_handle(), &ia);
     int err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
@@ -219,8 +223,11 @@ public:
                     attr.max_recv_wr, attr.max_send_sge, attr.max_recv_sge, ia.cap.max_inline_data);
       detail::throw_errno("ibv_create_qp", what, err);
     }
+    std::shared_ptr<const void> srq;
+    if (attr.srq != nullptr) srq = attr.srq->shared_handle();
     h_ = detail::make_shared_verbs(qp, &::ibv_destroy_qp, "ibv_destroy_qp",
-                                   {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle()});
+                                   {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle(), srq});
+    has_srq_ = attr.srq != nullptr;
     caps_ = ia.cap;  // what the device granted (at least what was asked)
     state_ = qp_state::reset;
   }
@@ -394,10 +401,11 @@ public:
     return ec;
   }
 
-  //! Posts one receive. @return empty, errc::not_ready in RESET, or the errno
+  //! Posts one receive. @return empty, errc::not_ready in RESET,
+  //! errc::invalid_argument on a QP that takes receives from an SRQ, or the errno
   //! from ibv_post_recv (ENOMEM: receive queue full).
   [[nodiscard]] std::error_code post_recv(recv_wr& w) noexcept {
-    if (state_ == qp_state::reset) [[unlikely]] return make_error_code(errc::not_ready);
+    if (state_ == qp_state::reset || has_srq_) [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     w.native().next = nullptr;
     ibv_recv_wr* bad = nullptr;
     return post_result(::ibv_post_recv(h_.get(), &w.native(), &bad));
@@ -406,7 +414,7 @@ public:
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch, std::size_t* bad_index = nullptr) noexcept {
     if (bad_index != nullptr) *bad_index = 0;
-    if (state_ == qp_state::reset) [[unlikely]] return make_error_code(errc::not_ready);
+    if (state_ == qp_state::reset || has_srq_) [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     if (batch.empty()) return {};
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
@@ -489,6 +497,7 @@ private:
   std::uint8_t port_ = 1;
   std::uint8_t gid_index_ = 0;
   bool roce_ = false;
+  bool has_srq_ = false;
 };
 
 }  // namespace rdx

@@ -102,6 +102,19 @@ public:
     wr_.wr.atomic.swap = swap;
     return *this;
   }
+  //! Makes this a type 2 memory-window bind: mw gets new_rkey over info's range.
+  send_wr& bind(ibv_mw* mw, std::uint32_t new_rkey, const ibv_mw_bind_info& info) noexcept {
+    wr_.opcode = IBV_WR_BIND_MW;
+    wr_.num_sge = 0;
+    wr_.bind_mw.mw = mw;
+    wr_.bind_mw.rkey = new_rkey;
+    wr_.bind_mw.bind_info = info;
+    return *this;
+  }
+  send_wr& invalidate(std::uint32_t rkey) noexcept {
+    wr_.invalidate_rkey = rkey;
+    return *this;
+  }
   send_wr& imm(std::uint32_t host_order) noexcept {
     wr_.imm_data = htonl(host_order);
     return *this;
@@ -232,6 +245,10 @@ namespace wr {
 [[nodiscard]] inline send_wr compare_swap(const ibv_sge& old_value, remote_ptr target, std::uint64_t expected,
                                           std::uint64_t desired, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_ATOMIC_CMP_AND_SWP, old_value, ctx).atomic(target, expected, desired);
+}
+//! Invalidates a type 2 memory window's rkey locally (the window stops granting access).
+[[nodiscard]] inline send_wr local_invalidate(std::uint32_t rkey, const void* ctx = nullptr) noexcept {
+  return send_wr::make(IBV_WR_LOCAL_INV, std::span<const ibv_sge>(), ctx).invalidate(rkey);
 }
 [[nodiscard]] inline recv_wr recv(const ibv_sge& dst, const void* ctx = nullptr) noexcept {
   return recv_wr::make(dst, ctx);
