@@ -202,6 +202,7 @@ void print_device(const rdx::context& ctx, int only_port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep stdout and stderr in order in logs
   std::string device;
   int port = 0;
   bool list_only = false;

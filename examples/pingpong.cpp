@@ -535,6 +535,7 @@ int run_rc_compat(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep stdout and stderr in order in logs
   options o;
   try {
     bool help = false;

@@ -44,7 +44,7 @@ rdx_add_twonode_test(NAME examples_pingpong_settings_mismatch TIMEOUT 300
 
 # A client whose server never comes: retries until its timeout, then says so.
 rdx_add_twonode_test(NAME examples_pingpong_no_server TIMEOUT 300
-  NODE0 true
+  NODE0 sleep 10
   NODE1 ${_fail} 1 "'connect to .*:18515 .*is the server running.*Connection refused'" ${_pp} -t 3 $RDX_PEER_ADDR)
 
 # devinfo in one VM: the GID table and the index rdx chooses.

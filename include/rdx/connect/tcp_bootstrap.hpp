@@ -375,7 +375,9 @@ private:
         return socket(fd, target);
       }
       ::close(fd);
-      last_err = err;
+      // An attempt cut short by the deadline says less than a refusal seen
+      // earlier ("is the server running?"): keep the more telling cause.
+      if (err != ETIMEDOUT || last_err == ETIMEDOUT) last_err = err;
     }
     const auto now = clock::now();
     if (now >= deadline) break;
