@@ -1,0 +1,399 @@
+// rdx benchmarks: every rdx figure next to its plain-verbs twin from the same
+// run, on the same queue pairs and sizes, with the ratio as a counter.
+//
+//   fabric/<op>/<api>/size:<bytes>[/depth:<n>]   RDMA write, read, send: bandwidth, latency
+//   micro/<what>/<api>[/batch:<n>]               the data path's own cost
+//
+// Loopback (default): two queue pairs of one device in this process.
+// Two nodes (RDX_PEER_ADDR set, as cmake/softroce/rdx-vm sets it): RDX_NODE=1
+// serves as the responder, RDX_NODE=0 runs the benchmarks against it; they
+// meet over rdx's TCP bootstrap on --rdx_port.
+#include "fabric.hpp"
+
+#include <rdx/verbs/device_list.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <charconv>
+#include <functional>
+#include <map>
+#include <numeric>
+
+namespace rdx_bench {
+namespace {
+
+struct options {
+  std::vector<std::size_t> sizes{8, 256, 4096, 65536, 1 << 20};
+  std::vector<unsigned> depths{1, 64};
+  std::size_t depth64_max = 65536;      // largest size measured at depth 64
+  std::uint64_t bw_bytes = 4 << 20;     // bytes per bandwidth run, before the bounds below
+  std::uint64_t bw_max_msgs = 2000;
+  std::uint64_t lat_bytes = 16 << 20;   // bytes per latency run, before the bounds below
+  std::uint64_t lat_iters = 200;
+  std::uint16_t port = 18600;
+  std::string mode = "auto";            // auto, loopback, twonode
+};
+
+options opt;
+bool plan_only = false;
+std::unique_ptr<fabric> g_fabric;   // the fabric the fabric/ benchmarks use
+std::unique_ptr<fabric> g_micro;    // a small loopback pair for micro/
+std::map<std::string, double> g_raw;  // twin key -> the raw twin's latest figure
+
+std::vector<std::size_t> parse_sizes(std::string_view s) {
+  std::vector<std::size_t> out;
+  if (s == "all") {
+    for (std::size_t v = 8; v <= (8u << 20); v *= 2) out.push_back(v);
+    return out;
+  }
+  if (s == "default") return options{}.sizes;
+  while (!s.empty()) {
+    auto comma = s.find(',');
+    std::string_view t = s.substr(0, comma);
+    std::size_t mult = 1;
+    if (!t.empty() && (t.back() == 'K' || t.back() == 'k')) mult = 1024, t.remove_suffix(1);
+    else if (!t.empty() && (t.back() == 'M' || t.back() == 'm')) mult = 1 << 20, t.remove_suffix(1);
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc{} || p != t.data() + t.size() || v * mult < 8 || v * mult > (8u << 20) ||
+        ((v * mult) & (v * mult - 1)) != 0) {
+      throw std::invalid_argument("--rdx_sizes: \"" + std::string(t) + "\" is not a power of two from 8 to 8M");
+    }
+    out.push_back(v * mult);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+std::uint64_t parse_u64(std::string_view name, std::string_view v) {
+  std::uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc{} || p != v.data() + v.size()) throw std::invalid_argument(std::string(name) + ": not a number");
+  return x;
+}
+
+//! Takes --rdx_* options (and RDX_BENCH_SIZES) out of argv before Google Benchmark sees it.
+void parse_options(int& argc, char** argv) {
+  if (const char* e = std::getenv("RDX_BENCH_SIZES"); e != nullptr && *e != '\0') opt.sizes = parse_sizes(e);
+  if (const char* e = std::getenv("RDX_BENCH_PORT"); e != nullptr && *e != '\0')
+    opt.port = static_cast<std::uint16_t>(parse_u64("RDX_BENCH_PORT", e));
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&](std::string_view name) -> std::optional<std::string_view> {
+      if (a.size() > name.size() + 1 && a.starts_with(name) && a[name.size()] == '=') return a.substr(name.size() + 1);
+      return std::nullopt;
+    };
+    if (auto v = value("--rdx_sizes")) opt.sizes = parse_sizes(*v);
+    else if (auto v = value("--rdx_depths")) {
+      opt.depths.clear();
+      std::string_view l = *v;
+      while (!l.empty()) {
+        auto comma = l.find(',');
+        const auto d = parse_u64("--rdx_depths", l.substr(0, comma));
+        if (d < 1 || d > 128) throw std::invalid_argument("--rdx_depths: each depth must be from 1 to 128");
+        opt.depths.push_back(static_cast<unsigned>(d));
+        if (comma == std::string_view::npos) break;
+        l.remove_prefix(comma + 1);
+      }
+    } else if (auto v = value("--rdx_depth64_max")) opt.depth64_max = parse_u64("--rdx_depth64_max", *v);
+    else if (auto v = value("--rdx_bw_bytes")) opt.bw_bytes = parse_u64("--rdx_bw_bytes", *v);
+    else if (auto v = value("--rdx_bw_max_msgs")) opt.bw_max_msgs = parse_u64("--rdx_bw_max_msgs", *v);
+    else if (auto v = value("--rdx_lat_bytes")) opt.lat_bytes = parse_u64("--rdx_lat_bytes", *v);
+    else if (auto v = value("--rdx_lat_iters")) opt.lat_iters = parse_u64("--rdx_lat_iters", *v);
+    else if (auto v = value("--rdx_port")) opt.port = static_cast<std::uint16_t>(parse_u64("--rdx_port", *v));
+    else if (auto v = value("--rdx_mode")) opt.mode = std::string(*v);
+    else if (a == "--rdx_plan") plan_only = true;
+    else if (a == "--rdx_help") {
+      std::printf(
+          "rdx_bench options (besides Google Benchmark's):\n"
+          "  --rdx_sizes=LIST|default|all  message sizes, powers of two 8..8M (e.g. 8,4K,1M); env RDX_BENCH_SIZES\n"
+          "  --rdx_depths=LIST             bandwidth queue depths (default 1,64)\n"
+          "  --rdx_depth64_max=BYTES       largest size measured at depths above 1 (default 65536)\n"
+          "  --rdx_bw_bytes=N --rdx_bw_max_msgs=N   bytes and message cap per bandwidth run\n"
+          "  --rdx_lat_bytes=N --rdx_lat_iters=N    bytes and iteration cap per latency run\n"
+          "  --rdx_mode=auto|loopback|twonode       auto: two nodes when RDX_PEER_ADDR is set\n"
+          "  --rdx_port=N                  TCP port of the two-node bootstrap (default 18600); env RDX_BENCH_PORT\n"
+          "  --rdx_plan                    print the fabric runs (op size depth messages), one a line, and exit\n");
+      std::exit(0);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  argv[argc] = nullptr;
+}
+
+std::uint64_t bw_count(std::size_t size, unsigned depth) {
+  const std::uint64_t lo = std::max<std::uint64_t>(16, 4ull * depth);
+  return std::max(lo, std::min(opt.bw_bytes / size, opt.bw_max_msgs));
+}
+std::uint64_t lat_count(std::size_t size) { return std::clamp<std::uint64_t>(opt.lat_bytes / size, 10, opt.lat_iters); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+//! Records a raw figure, or sets an rdx run's ratio counter (rdx / raw) against
+//! the raw twin's latest run (Google Benchmark runs the final, reported run of
+//! a benchmark last). bench/plot.py recomputes ratios from medians of repetitions.
+template <class Api>
+void twin(benchmark::State& state, const std::string& key, double figure) {
+  if constexpr (std::is_same_v<Api, raw_api>) {
+    g_raw[key] = figure;
+  } else {
+    auto it = g_raw.find(key);
+    if (it != g_raw.end() && it->second > 0) state.counters["vs_raw"] = figure / it->second;
+  }
+}
+
+template <class Api>
+void fabric_bw(benchmark::State& state, op o, std::size_t size, unsigned depth, std::string key) {
+  const std::uint64_t count = bw_count(size, depth);
+  try {
+    for (auto _ : state) {
+      result r = run_bw<Api>(*g_fabric, o, size, depth, count);
+      state.SetIterationTime(r.seconds);
+      const double mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
+      state.counters["MBps"] = mbps;
+      state.counters["msgs"] = static_cast<double>(count);
+      twin<Api>(state, key, mbps);
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  state.counters["size"] = static_cast<double>(size);
+  state.counters["depth"] = depth;
+}
+
+template <class Api>
+void fabric_lat(benchmark::State& state, op o, std::size_t size, std::string key) {
+  const std::uint64_t count = lat_count(size);
+  try {
+    for (auto _ : state) {
+      result r = run_lat<Api>(*g_fabric, o, size, count);
+      state.SetIterationTime(r.seconds);
+      const double med = median(r.lat_us);
+      state.counters["lat_us"] = med;
+      state.counters["lat_avg_us"] = std::accumulate(r.lat_us.begin(), r.lat_us.end(), 0.0) / static_cast<double>(count);
+      state.counters["lat_min_us"] = r.lat_us.front();
+      state.counters["lat_p99_us"] = r.lat_us[std::min<std::size_t>(r.lat_us.size() - 1, r.lat_us.size() * 99 / 100)];
+      state.counters["msgs"] = static_cast<double>(count);
+      twin<Api>(state, key, med);
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  state.counters["size"] = static_cast<double>(size);
+  state.counters["depth"] = 1;
+}
+
+// --- micro: the data path's own cost ----------------------------------------
+
+//! Nanoseconds per iteration since t0, measured here so the ratio counter has a figure.
+double per_iteration_ns(const benchmark::State& state, clk::time_point t0) {
+  const double ns = std::chrono::duration<double, std::nano>(clk::now() - t0).count();
+  return state.iterations() != 0 ? ns / static_cast<double>(state.iterations()) : 0.0;
+}
+
+fabric& micro_fabric() {
+  if (!g_micro) g_micro = fabric::loopback(4096, 1);
+  return *g_micro;
+}
+
+//! Building a batch of 16 write requests (no device involved). rdx links the
+//! chain when it posts; the raw twin links while building.
+template <class Api>
+void micro_build(benchmark::State& state, std::string key) {
+  constexpr unsigned k = 16;
+  const ibv_sge sge{0x10000, 8, 0x1234};
+  const rdx::remote_ptr rp{0x20000, 0x5678};
+  const auto t0 = clk::now();
+  for (auto _ : state) {
+    if constexpr (std::is_same_v<Api, raw_api>) {
+      ibv_send_wr wrs[k];
+      ibv_sge sges[k];
+      for (unsigned j = 0; j < k; ++j) {
+        sges[j] = sge;
+        wrs[j] = ibv_send_wr{};
+        wrs[j].wr_id = j;
+        wrs[j].next = j + 1 < k ? &wrs[j + 1] : nullptr;
+        wrs[j].sg_list = &sges[j];
+        wrs[j].num_sge = 1;
+        wrs[j].opcode = IBV_WR_RDMA_WRITE;
+        wrs[j].send_flags = j + 1 == k ? unsigned{IBV_SEND_SIGNALED} : 0u;
+        wrs[j].wr.rdma.remote_addr = rp.addr + j * 8;
+        wrs[j].wr.rdma.rkey = rp.rkey;
+      }
+      benchmark::DoNotOptimize(wrs);
+    } else {
+      static rdx::send_batch<k> batch;
+      batch.clear();
+      for (unsigned j = 0; j < k; ++j) (void)batch.push(rdx::wr::write(sge, rp + j * 8).id(j).signaled(j + 1 == k));
+      benchmark::DoNotOptimize(batch);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k);
+  twin<Api>(state, key, per_iteration_ns(state, t0));
+}
+
+//! Posting a batch of k 8-byte (inline) writes with one doorbell, the last
+//! signaled, and polling its completion: loopback on one device.
+template <class Api>
+void micro_post_poll(benchmark::State& state, unsigned k, std::string key) {
+  try {
+    fabric& f = micro_fabric();
+    side& s = f.client();
+    const wr_desc d{IBV_WR_RDMA_WRITE, s.tx_sge(0, 8), s.peer_rx()};
+    typename Api::wc_type wcs[1];
+    const auto t0 = clk::now();
+    for (auto _ : state) {
+      check_post(Api::post(s, 0, d, k, true, k), "post");
+      int n = 0;
+      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {
+      }
+      if (n < 0) fail("poll failed");
+      check_completion<Api>(wcs[0], "micro");
+    }
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k);
+    twin<Api>(state, key, per_iteration_ns(state, t0));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  state.counters["batch"] = k;
+}
+
+//! Polling an empty completion queue (16 entries asked for).
+template <class Api>
+void micro_poll_empty(benchmark::State& state, std::string key) {
+  try {
+    side& s = micro_fabric().client();
+    typename Api::wc_type wcs[16];
+    const auto t0 = clk::now();
+    for (auto _ : state) {
+      int n = Api::poll(s.rcq(0), wcs, 16);
+      benchmark::DoNotOptimize(n);
+    }
+    twin<Api>(state, key, per_iteration_ns(state, t0));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// --- registration -------------------------------------------------------------
+
+std::string size_name(std::size_t s) { return std::to_string(s); }
+
+template <class F>
+void reg_twins(const std::string& group, const std::string& suffix, F&& make, bool manual) {
+  // Raw first, so each rdx run has its twin's figure for the ratio counter.
+  for (std::string_view api : {raw_api::name, rdx_api::name}) {
+    const std::string name = group + "/" + std::string(api) + suffix;
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), make(api == rdx_api::name, group + suffix));
+    if (manual) b->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+}
+
+void register_all(bool have_device) {
+  using fn = std::function<void(benchmark::State&)>;
+  reg_twins("micro/build", "/batch:16", [](bool r, std::string key) -> fn {
+    if (r) return [key](benchmark::State& s) { micro_build<rdx_api>(s, key); };
+    return [key](benchmark::State& s) { micro_build<raw_api>(s, key); };
+  }, false);
+  if (!have_device) return;
+  for (unsigned k : {1u, 16u}) {
+    reg_twins("micro/post_poll", "/batch:" + std::to_string(k), [k](bool r, std::string key) -> fn {
+      if (r) return [k, key](benchmark::State& s) { micro_post_poll<rdx_api>(s, k, key); };
+      return [k, key](benchmark::State& s) { micro_post_poll<raw_api>(s, k, key); };
+    }, false);
+  }
+  reg_twins("micro/poll_empty", "", [](bool r, std::string key) -> fn {
+    if (r) return [key](benchmark::State& s) { micro_poll_empty<rdx_api>(s, key); };
+    return [key](benchmark::State& s) { micro_poll_empty<raw_api>(s, key); };
+  }, false);
+
+  for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
+    for (unsigned depth : opt.depths) {
+      for (std::size_t size : opt.sizes) {
+        if (depth > 1 && size > opt.depth64_max) continue;
+        const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
+        reg_twins("fabric/" + std::string(to_string(o)), suffix, [o, size, depth](bool r, std::string key) -> fn {
+          if (r) return [=](benchmark::State& s) { fabric_bw<rdx_api>(s, o, size, depth, key); };
+          return [=](benchmark::State& s) { fabric_bw<raw_api>(s, o, size, depth, key); };
+        }, true);
+      }
+    }
+  }
+  for (op o : {op::write_lat, op::read_lat, op::send_lat}) {
+    for (std::size_t size : opt.sizes) {
+      const std::string suffix = "/size:" + size_name(size);
+      reg_twins("fabric/" + std::string(to_string(o)), suffix, [o, size](bool r, std::string key) -> fn {
+        if (r) return [=](benchmark::State& s) { fabric_lat<rdx_api>(s, o, size, key); };
+        return [=](benchmark::State& s) { fabric_lat<raw_api>(s, o, size, key); };
+      }, true);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdx_bench
+
+int main(int argc, char** argv) {
+  using namespace rdx_bench;
+  try {
+    parse_options(argc, argv);
+    const char* peer = std::getenv("RDX_PEER_ADDR");
+    const bool twonode = opt.mode == "twonode" || (opt.mode == "auto" && peer != nullptr && *peer != '\0');
+    const char* node = std::getenv("RDX_NODE");
+    const std::size_t region = std::max<std::size_t>(4096, *std::max_element(opt.sizes.begin(), opt.sizes.end()));
+    if (plan_only) {
+      // What bench/run_fabric.sh matches perftest runs to: same sizes, depths and counts.
+      for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
+        for (unsigned depth : opt.depths) {
+          for (std::size_t size : opt.sizes) {
+            if (depth > 1 && size > opt.depth64_max) continue;
+            std::printf("%s %zu %u %llu\n", std::string(to_string(o)).c_str(), size, depth,
+                        static_cast<unsigned long long>(bw_count(size, depth)));
+          }
+        }
+      }
+      for (op o : {op::write_lat, op::read_lat, op::send_lat}) {
+        for (std::size_t size : opt.sizes) {
+          std::printf("%s %zu 1 %llu\n", std::string(to_string(o)).c_str(), size,
+                      static_cast<unsigned long long>(lat_count(size)));
+        }
+      }
+      return 0;
+    }
+    if (twonode && node != nullptr && std::string_view(node) == "1") return fabric::serve(opt.port);
+
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+    const bool have_device = !rdx::device_list().empty();
+    if (!have_device) std::fprintf(stderr, "note: no RDMA device: only micro/build runs\n");
+    register_all(have_device);
+    benchmark::AddCustomContext("rdx_mode", twonode ? "twonode" : "loopback");
+    if (have_device) {
+      rdx::context ctx = rdx::context::open_default();
+      benchmark::AddCustomContext("rdx_device", ctx.name());
+      if (twonode) {
+        if (peer == nullptr || *peer == '\0') throw std::invalid_argument("--rdx_mode=twonode needs RDX_PEER_ADDR");
+        g_fabric = fabric::connect(peer, opt.port, region, 1);
+      } else {
+        g_fabric = fabric::loopback(region, 1);
+      }
+    }
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    g_fabric.reset();
+    g_micro.reset();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdx_bench: %s\n", e.what());
+    return 1;
+  }
+}
