@@ -1,0 +1,125 @@
+// rdx: typed two-sided channels. Messages of a trivially copyable T travel
+// by send with immediate into a ring of pre-posted receive buffers; credits
+// (the receiver's count of taken buffers) return piggybacked in the immediate
+// of the receiver's own messages, or by an RDMA write of the count, so a
+// sender never posts without a receive waiting: no receiver-not-ready error,
+// however slow the receiver. Notifications are RDMA writes with immediate
+// carrying a 32-bit tag; the receiver takes (tag, byte count) in order.
+#pragma once
+
+#include <rdx/channel/connection.hpp>
+#include <rdx/channel/window.hpp>
+#include <rdx/error.hpp>
+
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+namespace rdx {
+
+//! Types a channel carries: bytes the NIC may copy.
+template <class T>
+concept message_type = std::is_object_v<T> && std::is_trivially_copyable_v<T> && !std::is_const_v<T> &&
+                       !std::is_volatile_v<T>;
+
+//! What co_await on a receive gives: the message, or the error that ended it.
+template <message_type T>
+struct received {
+  std::error_code error;
+  T value;
+  [[nodiscard]] explicit operator bool() const noexcept { return !error; }
+};
+
+//! A receive of one T: the value lands inside the operation (in the caller's
+//! frame or the coroutine frame).
+template <message_type T>
+class receive_operation : public operation {
+public:
+  explicit receive_operation(connection& c) noexcept : operation(c) {
+    c.start_receive(*this, &value_, sizeof(T), sizeof(T), true);
+  }
+  //! The message (valid when ok()).
+  [[nodiscard]] const T& value() const noexcept { return value_; }
+  received<T> await_resume() const noexcept { return {error(), value_}; }
+
+private:
+  T value_{};
+};
+
+//! A typed, flow-controlled message channel over a connection (queue pair 0).
+//! Both sides make a channel of the same T. Messages up to
+//! connection::message_size() bytes; a larger one fails with
+//! errc::limit_exceeded before anything is posted.
+template <message_type T>
+class channel {
+public:
+  //! @throws rdx::error (errc::limit_exceeded) when one T does not fit a message buffer.
+  explicit channel(connection& c) : conn_(&c) {
+    if (sizeof(T) > c.message_size()) {
+      detail::throw_rdx(errc::limit_exceeded, "channel: one message of " + std::to_string(sizeof(T)) +
+                                                  " bytes exceeds the connection's message_size " +
+                                                  std::to_string(c.message_size()));
+    }
+  }
+
+  //! Sends one value (copied before return: inline, or into a registered
+  //! staging buffer). Waits, polling, while the peer has no free buffer.
+  [[nodiscard]] operation send(const T& v) noexcept {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) { conn_->start_send(op, &v, sizeof(T)); });
+  }
+  //! Sends values as one message; more than message_size() bytes fails
+  //! with errc::limit_exceeded, none with errc::invalid_argument.
+  [[nodiscard]] operation send(std::span<const T> v) noexcept {
+    return operation(operation::start_tag{}, *conn_,
+                     [&](operation& op) { conn_->start_send(op, v.data(), v.size_bytes()); });
+  }
+  //! Receives the next message, which must be one T (else errc::limit_exceeded).
+  [[nodiscard]] receive_operation<T> receive() noexcept { return receive_operation<T>(*conn_); }
+  //! Receives the next message into dst; byte_count() / sizeof(T) elements
+  //! arrived. A message larger than dst fails with errc::limit_exceeded (and is dropped).
+  [[nodiscard]] operation receive(std::span<T> dst) noexcept {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
+      const std::size_t cap = dst.size_bytes() > UINT32_MAX ? UINT32_MAX : dst.size_bytes();
+      conn_->start_receive(op, dst.data(), static_cast<std::uint32_t>(cap), sizeof(T), false);
+    });
+  }
+
+  //! Writes src into the peer's window at offset and delivers tag to the
+  //! peer's next_notification(), in order with other notifications. Uses one
+  //! flow-control credit, like a message.
+  template <class U, rights R>
+    requires(has(R, rights::write))
+  [[nodiscard]] operation notify(remote_window<U, R>& w, local_span<const U> src, std::size_t offset,
+                                 std::uint32_t tag) noexcept {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
+      if (&w.conn() != conn_) return conn_->fail_now(op, make_error_code(errc::invalid_argument));
+      if (std::error_code ec = w.check(offset, src.size())) return conn_->fail_now(op, ec);
+      if (src.size_bytes() > UINT32_MAX) return conn_->fail_now(op, make_error_code(errc::limit_exceeded));
+      conn_->start_notify(op, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(),
+                          w.descriptor().memory.addr + offset * sizeof(U), w.descriptor().memory.rkey,
+                          static_cast<std::uint32_t>(src.size_bytes()), tag);
+    });
+  }
+  //! A bare tag: no data (byte count 0 at the peer).
+  [[nodiscard]] operation notify(std::uint32_t tag) noexcept {
+    return operation(operation::start_tag{}, *conn_,
+                     [&](operation& op) { conn_->start_notify(op, 0, 0, 0, 0, 0, tag); });
+  }
+  //! The next notification: tag() and byte_count() once done.
+  [[nodiscard]] operation next_notification() noexcept {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) { conn_->start_notification(op); });
+  }
+
+  //! Messages this side may send before the peer returns credits.
+  [[nodiscard]] std::uint32_t credits() const noexcept { return conn_->credits(); }
+  [[nodiscard]] connection& conn() const noexcept { return *conn_; }
+
+private:
+  connection* conn_;
+};
+
+}  // namespace rdx

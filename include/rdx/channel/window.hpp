@@ -1,0 +1,247 @@
+// rdx: one-sided windows. A side grants a window over registered memory with
+// exact remote rights (read, write, atomic); the peer reaches it through a
+// remote_window whose type carries the rights it may use, so a write through
+// a read-only window does not compile. Local and remote memory are distinct
+// types. Every range is checked before anything is posted.
+#pragma once
+
+#include <rdx/channel/connection.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/memory_region.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+namespace rdx {
+
+//! Remote rights of a window.
+enum class rights : unsigned { none = 0, read = 1, write = 2, atomic = 4 };
+
+[[nodiscard]] constexpr rights operator|(rights a, rights b) noexcept {
+  return static_cast<rights>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+//! True when every right in want is in have.
+[[nodiscard]] constexpr bool has(rights have, rights want) noexcept {
+  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+}
+//! The memory-region access flags that grant exactly r.
+[[nodiscard]] constexpr access to_access(rights r) noexcept {
+  access a = access::none;
+  if (has(r, rights::read)) a |= access::remote_read;
+  if (has(r, rights::write)) a |= access::remote_write;
+  if (has(r, rights::atomic)) a |= access::remote_atomic;
+  return a;
+}
+//! The remote rights a memory region's access flags grant.
+[[nodiscard]] constexpr rights remote_rights(access a) noexcept {
+  unsigned r = 0;
+  if (has(a, access::remote_read)) r |= static_cast<unsigned>(rights::read);
+  if (has(a, access::remote_write)) r |= static_cast<unsigned>(rights::write);
+  if (has(a, access::remote_atomic)) r |= static_cast<unsigned>(rights::atomic);
+  return static_cast<rights>(r);
+}
+[[nodiscard]] inline std::string to_string(rights r) {
+  if (r == rights::none) return "none";
+  std::string s;
+  if (has(r, rights::read)) s += "read|";
+  if (has(r, rights::write)) s += "write|";
+  if (has(r, rights::atomic)) s += "atomic|";
+  s.pop_back();
+  return s;
+}
+
+//! Local registered memory: T elements and the lkey that covers them. The
+//! only kind of memory a window operation takes on this side.
+template <class T>
+class local_span {
+public:
+  using element_type = T;
+  local_span() = default;
+  //! All of a registered buffer.
+  template <class U>
+    requires std::is_same_v<std::remove_const_t<T>, U>
+  local_span(const registered_buffer<U>& b) noexcept : data_(b.data()), size_(b.size()), lkey_(b.lkey()) {}  // NOLINT
+  //! Part of a memory region. @throws rdx::error (errc::out_of_range) when s is not inside mr.
+  local_span(const memory_region& mr, std::span<T> s) : data_(s.data()), size_(s.size()), lkey_(mr.lkey()) {
+    const auto base = reinterpret_cast<std::uintptr_t>(mr.addr());
+    const auto p = reinterpret_cast<std::uintptr_t>(s.data());
+    if (p < base || p - base > mr.length() || s.size_bytes() > mr.length() - (p - base)) {
+      detail::throw_rdx(errc::out_of_range, "local_span: " + std::to_string(s.size_bytes()) +
+                                                " bytes are not inside the memory region");
+    }
+  }
+  //! A const view of the same memory.
+  operator local_span<const T>() const noexcept  // NOLINT
+    requires(!std::is_const_v<T>)
+  {
+    return local_span<const T>(data_, size_, lkey_);
+  }
+  //! Elements [offset, offset + count), clamped to the span.
+  [[nodiscard]] local_span subspan(std::size_t offset, std::size_t count) const noexcept {
+    if (offset > size_) offset = size_;
+    if (count > size_ - offset) count = size_ - offset;
+    return local_span(data_ + offset, count, lkey_);
+  }
+  [[nodiscard]] T* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::uint32_t lkey() const noexcept { return lkey_; }
+  [[nodiscard]] std::span<T> span() const noexcept { return {data_, size_}; }
+  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+private:
+  template <class>
+  friend class local_span;
+  local_span(T* d, std::size_t n, std::uint32_t k) noexcept : data_(d), size_(n), lkey_(k) {}
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint32_t lkey_ = 0;
+};
+
+//! What travels to the peer for a window: the memory, the rights granted and
+//! the element size (checked when the peer builds its remote_window).
+struct window_descriptor {
+  remote_descriptor memory{};
+  rights granted = rights::none;
+  std::uint32_t element_size = 0;
+  friend bool operator==(const window_descriptor&, const window_descriptor&) noexcept = default;
+};
+
+//! A local grant: elements of T in a registered region that the peer may
+//! reach with exactly the rights R. The region must have been registered with
+//! exactly those remote rights (more would be granted to whoever holds the rkey).
+template <class T, rights R>
+  requires registrable<T>
+class grant {
+public:
+  //! @throws rdx::error (errc::invalid_argument) when the region's remote
+  //! rights differ from R, or (errc::out_of_range) when s is not inside it.
+  grant(const memory_region& mr, std::span<T> s) : local_(mr, s), rkey_(mr.rkey()) { check(mr.rights()); }
+  //! All of a registered buffer.
+  explicit grant(const registered_buffer<T>& b) : local_(b), rkey_(b.rkey()) { check(b.region().rights()); }
+
+  //! The descriptor to send to the peer.
+  [[nodiscard]] window_descriptor descriptor() const noexcept {
+    return {{reinterpret_cast<std::uint64_t>(local_.data()), rkey_, local_.size_bytes()}, R,
+            static_cast<std::uint32_t>(sizeof(T))};
+  }
+  //! The same memory, for local use (a source or destination of operations).
+  [[nodiscard]] local_span<T> local() const noexcept { return local_; }
+  [[nodiscard]] std::span<T> span() const noexcept { return local_.span(); }
+  [[nodiscard]] std::size_t size() const noexcept { return local_.size(); }
+
+private:
+  void check(access a) const {
+    if (remote_rights(a) != R) {
+      detail::throw_rdx(errc::invalid_argument, "grant: the memory region allows remote " +
+                                                    to_string(remote_rights(a)) + " but the grant is for exactly " +
+                                                    to_string(R) + "; register it with exactly those rights");
+    }
+    if (R != rights::none && local_.empty()) detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+  }
+  local_span<T> local_;
+  std::uint32_t rkey_;
+};
+
+//! Makes a registered buffer whose remote rights are exactly R (plus local write).
+template <class T, rights R>
+[[nodiscard]] registered_buffer<T> make_window_buffer(const protection_domain& pd, std::size_t count) {
+  return registered_buffer<T>(pd, count, access::local_write | to_access(R));
+}
+
+//! The peer's window, reached over a connection with the rights R, which the
+//! peer must have granted. Offsets and counts are in elements of T.
+template <class T, rights R>
+  requires registrable<T>
+class remote_window {
+public:
+  //! @throws rdx::error (errc::invalid_argument) when the grant lacks a right
+  //! in R, has another element size, a misaligned address, a length that is
+  //! not whole elements, or wraps the address space.
+  remote_window(connection& c, const window_descriptor& d) : conn_(&c), d_(d) {
+    auto bad = [](const std::string& what) { detail::throw_rdx(errc::invalid_argument, "remote_window: " + what); };
+    if (!has(d.granted, R)) bad("the peer granted " + to_string(d.granted) + ", this window needs " + to_string(R));
+    if (d.element_size != sizeof(T)) {
+      bad("the peer's elements are " + std::to_string(d.element_size) + " bytes, T is " + std::to_string(sizeof(T)));
+    }
+    if (d.memory.addr % alignof(T) != 0) bad("the peer's address is not aligned for T");
+    if (has(R, rights::atomic) && d.memory.addr % 8 != 0) bad("atomic windows need 8-byte aligned addresses");
+    if (d.memory.length % sizeof(T) != 0) bad("the peer's length is not a whole number of elements");
+    if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr) bad("the peer's range wraps");
+    count_ = d.memory.length / sizeof(T);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  [[nodiscard]] const window_descriptor& descriptor() const noexcept { return d_; }
+  [[nodiscard]] connection& conn() const noexcept { return *conn_; }
+
+  //! Whether [offset, offset + count) is a valid, non-empty range of the window.
+  //! @return empty; errc::invalid_argument for zero elements; errc::out_of_range
+  //! past the end (without overflow, however large the numbers).
+  [[nodiscard]] std::error_code check(std::size_t offset, std::size_t count) const noexcept {
+    if (count == 0) return make_error_code(errc::invalid_argument);
+    if (offset > count_ || count > count_ - offset) return make_error_code(errc::out_of_range);
+    return {};
+  }
+
+  //! Writes src to elements [offset, offset + src.size()) of the window.
+  [[nodiscard]] operation write(local_span<const T> src, std::size_t offset) noexcept
+    requires(has(R, rights::write))
+  {
+    return rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(), offset, src.size());
+  }
+  //! Reads elements [offset, offset + dst.size()) of the window into dst.
+  [[nodiscard]] operation read(local_span<T> dst, std::size_t offset) noexcept
+    requires(has(R, rights::read) && !std::is_const_v<T>)
+  {
+    return rdma(IBV_WR_RDMA_READ, reinterpret_cast<std::uint64_t>(dst.data()), dst.lkey(), offset, dst.size());
+  }
+  //! Atomically adds add to element index; old_value() is its previous value.
+  [[nodiscard]] operation fetch_add(std::size_t index, std::uint64_t add) noexcept
+    requires(has(R, rights::atomic) && sizeof(T) == 8)
+  {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
+      if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
+      conn_->start_atomic(op, false, d_.memory.addr + index * 8, d_.memory.rkey, add, 0);
+    });
+  }
+  //! Atomically sets element index to desired if it equals expected;
+  //! old_value() is its previous value (equal to expected when it swapped).
+  [[nodiscard]] operation compare_swap(std::size_t index, std::uint64_t expected, std::uint64_t desired) noexcept
+    requires(has(R, rights::atomic) && sizeof(T) == 8)
+  {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
+      if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
+      conn_->start_atomic(op, true, d_.memory.addr + index * 8, d_.memory.rkey, expected, desired);
+    });
+  }
+
+  //! For tests of the NIC's own checks only: a window that believes it has
+  //! count elements, whatever the peer granted.
+  [[nodiscard]] static remote_window unchecked_for_testing(connection& c, window_descriptor d, std::size_t count) {
+    remote_window w(c, d);
+    w.count_ = count;
+    return w;
+  }
+
+private:
+  [[nodiscard]] operation rdma(ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey, std::size_t offset,
+                               std::size_t count) noexcept {
+    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
+      if (std::error_code ec = check(offset, count)) return conn_->fail_now(op, ec);
+      conn_->start_rdma(op, opcode, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
+                        count * sizeof(T));
+    });
+  }
+
+  connection* conn_;
+  window_descriptor d_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace rdx

@@ -1,0 +1,282 @@
+// rdma tests: one-sided windows over a loopback pair of connections: every
+// operation with the data checked, range checks before posting, rights,
+// striping over 1, 2 and 4 queue pairs, selective signaling, and the three
+// ways to complete (wait, test, co_await) plus event mode.
+#include "channel_support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+using namespace std::chrono_literals;
+using channel_test::pair;
+using rdx::rights;
+
+namespace {
+void fill(std::span<std::uint32_t> s, std::uint32_t seed) {
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = seed * 2654435761u + static_cast<std::uint32_t>(i);
+}
+}  // namespace
+
+TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
+  pair p;
+  auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 1024);
+  rdx::grant<std::uint32_t, rights::read | rights::write> g(target);
+  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, g.descriptor());
+  CHECK(w.size() == 1024);
+
+  rdx::registered_buffer<std::uint32_t> src(p.pd, 256), dst(p.pd, 256);
+  fill(src.span(), 7);
+  auto wop = w.write(src, 100);
+  REQUIRE(wop.wait(20s) == std::error_code{});
+  CHECK(std::memcmp(target.data() + 100, src.data(), 256 * 4) == 0);
+  CHECK(target[99] == 0);
+  CHECK(target[356] == 0);
+
+  auto rop = w.read(dst, 100);
+  REQUIRE(rop.wait(20s) == std::error_code{});
+  CHECK(std::memcmp(dst.data(), src.data(), 256 * 4) == 0);
+
+  auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 8);
+  counters[3] = 40;
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  auto fa = cw.fetch_add(3, 2);
+  REQUIRE(fa.wait(20s) == std::error_code{});
+  CHECK(fa.old_value() == 40);
+  CHECK(counters[3] == 42);
+  auto cs_fail = cw.compare_swap(3, 41, 100);
+  REQUIRE(cs_fail.wait(20s) == std::error_code{});
+  CHECK(cs_fail.old_value() == 42);
+  CHECK(counters[3] == 42);
+  auto cs = cw.compare_swap(3, 42, 100);
+  REQUIRE(cs.wait(20s) == std::error_code{});
+  CHECK(cs.old_value() == 42);
+  CHECK(counters[3] == 100);
+}
+
+TEST_CASE("bad ranges fail before anything is posted") {
+  pair p;
+  auto target = rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(p.pd, 64);
+  rdx::remote_window<std::uint64_t, rights::read | rights::write> w(
+      p.a, rdx::grant<std::uint64_t, rights::read | rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint64_t> src(p.pd, 128);
+  rdx::local_span<std::uint64_t> s(src);
+  const auto posted = p.a.posted_count();
+  constexpr std::size_t huge = std::numeric_limits<std::size_t>::max();
+
+  struct bad {
+    std::size_t offset, count;
+    rdx::errc want;
+  };
+  for (bad b : {bad{0, 0, rdx::errc::invalid_argument},        // zero length
+                bad{64, 1, rdx::errc::out_of_range},           // one past the end
+                bad{60, 5, rdx::errc::out_of_range},           // crosses the end
+                bad{0, 65, rdx::errc::out_of_range},           // longer than the window
+                bad{huge, 1, rdx::errc::out_of_range},         // offset overflow
+                bad{1, huge, rdx::errc::out_of_range},         // offset + count wraps
+                bad{huge / 8 + 1, 1, rdx::errc::out_of_range}}) {  // offset * 8 overflows
+    INFO("offset " << b.offset << " count " << b.count);
+    CHECK(w.check(b.offset, b.count) == b.want);
+    if (b.count <= src.size()) {
+      auto op = w.write(s.subspan(0, b.count), b.offset);
+      CHECK(op.done());
+      CHECK(op.error() == b.want);
+      auto rop = w.read(s.subspan(0, b.count), b.offset);
+      CHECK(rop.done());
+      CHECK(rop.error() == b.want);
+    }
+  }
+  CHECK(p.a.posted_count() == posted);
+  CHECK_FALSE(p.a.failed());
+
+  // Atomics: the index is checked the same way.
+  auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 4);
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  auto fa = cw.fetch_add(4, 1);
+  CHECK(fa.error() == rdx::errc::out_of_range);
+  auto cs = cw.compare_swap(huge, 0, 1);
+  CHECK(cs.error() == rdx::errc::out_of_range);
+  CHECK(p.a.posted_count() == posted);
+
+  // The connection still works.
+  auto ok = w.write(s.subspan(0, 64), 0);
+  CHECK(ok.wait(20s) == std::error_code{});
+}
+
+TEST_CASE("grants carry exact rights; a window claims only granted rights") {
+  pair p;
+  rdx::registered_buffer<std::uint32_t> local_only(p.pd, 64);
+  auto ro = rdx::make_window_buffer<std::uint32_t, rights::read>(p.pd, 64);
+  // The region must grant exactly the rights of the grant, no more, no fewer.
+  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(local_only)), Catch::Contains("allows remote none"));
+  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::write>(ro)), Catch::Contains("exactly write"));
+  rdx::grant<std::uint32_t, rights::read> g(ro);
+  CHECK(g.descriptor().granted == rights::read);
+  CHECK(g.descriptor().element_size == 4);
+  CHECK(g.descriptor().memory.length == 256);
+  // A window claiming write on a read grant is refused at setup.
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::write>(p.a, g.descriptor())),
+                    Catch::Contains("granted read"));
+  // Element size, alignment and wraparound of a peer's descriptor are checked.
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint64_t, rights::read>(p.a, g.descriptor())), Catch::Contains("elements"));
+  auto d = g.descriptor();
+  d.memory.addr += 2;
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("aligned"));
+  d = g.descriptor();
+  d.memory.addr = UINT64_MAX - 63;
+  d.memory.length = 128;
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("wraps"));
+  d = g.descriptor();
+  d.memory.length = 255;
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("whole number"));
+  // Sub-spans of a region: inside is fine, outside throws.
+  std::vector<std::uint32_t> unregistered(8);
+  CHECK_THROWS_AS((rdx::local_span<std::uint32_t>(local_only.region(), std::span<std::uint32_t>(unregistered))),
+                  rdx::error);
+  rdx::local_span<std::uint32_t> inside(local_only.region(), local_only.span().subspan(8, 8));
+  CHECK(inside.size() == 8);
+}
+
+TEST_CASE("striping: large writes and reads split in 512 KiB chunks over K queue pairs") {
+  for (std::uint32_t k : {1u, 2u, 4u}) {
+    DYNAMIC_SECTION("K = " << k) {
+      pair p(rdx::connection_attr{.queue_pairs = k, .recv_depth = 4});
+      constexpr std::size_t n = (2u << 20) / 4 + 1024;  // 2 MiB + 4 KiB of uint32
+      auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, n + 2048);
+      rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
+          p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+      rdx::registered_buffer<std::uint32_t> src(p.pd, n), back(p.pd, n);
+      fill(src.span(), k);
+      const auto posted = p.a.posted_count();
+      // Offset 1000 elements: the first chunk ends at the next 512 KiB boundary.
+      auto wop = w.write(src, 1000);
+      REQUIRE(wop.wait(60s) == std::error_code{});
+      const auto chunks = p.a.posted_count() - posted;
+      CHECK(chunks >= 5);  // 2 MiB + 4 KiB, unaligned start: at least 5 pieces
+      CHECK(std::memcmp(target.data() + 1000, src.data(), n * 4) == 0);
+      auto rop = w.read(back, 1000);
+      REQUIRE(rop.wait(60s) == std::error_code{});
+      CHECK(std::memcmp(back.data(), src.data(), n * 4) == 0);
+      for (std::uint32_t i = 0; i < k; ++i) {
+        INFO("queue pair " << i);
+        CHECK(p.a.outstanding(i) <= 1);  // at most a probe left
+      }
+    }
+  }
+}
+
+TEST_CASE("selective signaling: one signaled request per 64, the send queue never overflows") {
+  pair p(rdx::connection_attr{.send_depth = 32, .signal_interval = 16, .recv_depth = 4});
+  auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512);
+  rdx::remote_window<std::uint64_t, rights::write> w(p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint64_t> src(p.pd, 512);
+  for (std::size_t i = 0; i < 512; ++i) src[i] = i * 3 + 1;
+  rdx::local_span<const std::uint64_t> s(src);
+  const auto posted = p.a.posted_count();
+  const auto signaled = p.a.signaled_count();
+  // 200 writes in flight at once (more than the queue holds): started in a
+  // row, each waits for room by polling, none overflows.
+  std::uint32_t max_outstanding = 0;
+  // Operations are not movable: eight live at a time in this frame.
+  auto start = [&](std::size_t i) { return w.write(s.subspan(i % 500, 8), (i * 8) % 504); };
+  std::size_t done_count = 0;
+  for (std::size_t round = 0; round < 25; ++round) {
+    auto o0 = start(round * 8 + 0), o1 = start(round * 8 + 1), o2 = start(round * 8 + 2), o3 = start(round * 8 + 3);
+    auto o4 = start(round * 8 + 4), o5 = start(round * 8 + 5), o6 = start(round * 8 + 6), o7 = start(round * 8 + 7);
+    max_outstanding = std::max(max_outstanding, p.a.outstanding(0));
+    for (rdx::operation* o : {&o0, &o1, &o2, &o3, &o4, &o5, &o6, &o7}) {
+      REQUIRE(o->wait(20s) == std::error_code{});
+      ++done_count;
+    }
+  }
+  CHECK(done_count == 200);
+  CHECK(max_outstanding <= 32);
+  const auto n_posted = p.a.posted_count() - posted;
+  const auto n_signaled = p.a.signaled_count() - signaled;
+  INFO("posted " << n_posted << ", signaled " << n_signaled);
+  CHECK(n_posted >= 200);
+  CHECK(n_signaled < n_posted);
+}
+
+TEST_CASE("a stream of writes signals every interval and covers the tail when waited") {
+  pair p(rdx::connection_attr{.send_depth = 256, .signal_interval = 64, .recv_depth = 4});
+  auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 4096);
+  rdx::remote_window<std::uint64_t, rights::write> w(p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint64_t> src(p.pd, 4096);
+  for (std::size_t i = 0; i < 4096; ++i) src[i] = i ^ 0x5555;
+  rdx::local_span<const std::uint64_t> s(src);
+  const auto signaled = p.a.signaled_count();
+  const auto posted = p.a.posted_count();
+  // 128 writes in flight, started without polling; only the last is waited for.
+  auto ops = std::make_unique<std::array<std::optional<rdx::operation>, 128>>();
+  for (std::size_t i = 0; i < 128; ++i) {
+    (*ops)[i].emplace(channel_test::lazy{[&] { return w.write(s.subspan(i * 32, 32), i * 32); }});
+  }
+  CHECK(p.a.signaled_count() - signaled <= 3);  // the first (idle queue), then every 64th
+  REQUIRE((*ops)[127]->wait(20s) == std::error_code{});
+  for (auto& o : *ops) CHECK(o->ok());
+  CHECK(std::memcmp(target.data(), src.data(), 4096 * 8) == 0);
+  INFO("posted " << p.a.posted_count() - posted << ", signaled " << p.a.signaled_count() - signaled);
+  CHECK(p.a.posted_count() - posted >= 128);
+}
+
+namespace {
+channel_test::task copy_by_coroutine(rdx::remote_window<std::uint32_t, rights::read | rights::write>& w,
+                                     rdx::local_span<std::uint32_t> src, rdx::local_span<std::uint32_t> dst,
+                                     int rounds, int& good) {
+  for (int r = 0; r < rounds; ++r) {
+    src[0] = static_cast<std::uint32_t>(r);
+    std::error_code ec = co_await w.write(src, 0);
+    if (ec) co_return;
+    ec = co_await w.read(dst, 0);
+    if (ec || dst[0] != static_cast<std::uint32_t>(r) || std::memcmp(dst.data(), src.data(), src.size_bytes()) != 0) {
+      co_return;
+    }
+    ++good;
+  }
+}
+}  // namespace
+
+TEST_CASE("co_await: operations complete in the coroutine frame, resumed by progress") {
+  pair p;
+  auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 256);
+  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
+      p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint32_t> src(p.pd, 256), dst(p.pd, 256);
+  fill(src.span(), 3);
+  int good = 0;
+  auto t = copy_by_coroutine(w, src, dst, 50, good);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!t.done() && std::chrono::steady_clock::now() < deadline) p.a.progress();
+  CHECK(t.done());
+  CHECK(good == 50);
+}
+
+TEST_CASE("test() completes without blocking; event mode waits on the completion channel") {
+  pair p(rdx::connection_attr{.recv_depth = 4, .events = true});
+  CHECK(p.a.fd() >= 0);
+  auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 256);
+  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
+      p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint32_t> src(p.pd, 256), dst(p.pd, 256);
+  for (int r = 0; r < 20; ++r) {
+    fill(src.span(), static_cast<std::uint32_t>(r));
+    auto wop = w.write(src, 0);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!wop.test() && std::chrono::steady_clock::now() < deadline) {
+    }
+    REQUIRE(wop.ok());
+    auto rop = w.read(dst, 0);
+    REQUIRE(rop.wait(20s, rdx::wait_mode::events) == std::error_code{});
+    REQUIRE(std::memcmp(dst.data(), src.data(), 1024) == 0);
+  }
+  // Nothing pending: wait_event times out cleanly.
+  CHECK(p.a.wait_event(50ms) == rdx::errc::timed_out);
+  // A polled connection has no channel.
+  pair q;
+  CHECK(q.a.fd() == -1);
+  CHECK(q.a.wait_event(1ms) == rdx::errc::not_ready);
+}
