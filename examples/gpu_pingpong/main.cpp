@@ -15,8 +15,6 @@
 #include <rdx/cuda/topology.hpp>
 #include <rdx/rdx.hpp>
 
-#include "kernels.hpp"
-
 #include <infiniband/verbs.h>
 
 #include <algorithm>
@@ -30,6 +28,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "kernels.hpp"
 
 namespace {
 
@@ -48,32 +48,49 @@ struct options {
 };
 
 void usage(std::FILE* f) {
-  std::fprintf(f,
-               "usage: gpu_pingpong [options]            (server, node 1)\n"
-               "       gpu_pingpong [options] --connect HOST (client, node 0)\n"
-               "  --path auto|direct|staged  how GPU memory meets the NIC (default auto: direct if the probe finds a path)\n"
-               "  --size N[K|M|G]            bytes per message (default 64M)\n"
-               "  --iters N                  timed round trips (default 10), --warmup N (default 2)\n"
-               "  --gpu N                    CUDA device (default 0); the RDMA device is RDX_DEVICE or the nearest\n"
-               "  --chunk N[K|M]             staging chunk, a multiple of 4K (default 4M); --depth N bounce buffers (default 2)\n"
-               "  --port N                   TCP port of the bootstrap (default 18515); --timeout S per step (default 30)\n"
-               "  --local                    run the GPU halves on this machine only, no network\n");
+  std::fprintf(
+      f,
+      "usage: gpu_pingpong [options]            (server, node 1)\n"
+      "       gpu_pingpong [options] --connect HOST (client, node 0)\n"
+      "  --path auto|direct|staged  how GPU memory meets the NIC (default auto: direct if the probe finds a "
+      "path)\n"
+      "  --size N[K|M|G]            bytes per message (default 64M)\n"
+      "  --iters N                  timed round trips (default 10), --warmup N (default 2)\n"
+      "  --gpu N                    CUDA device (default 0); the RDMA device is RDX_DEVICE or the nearest\n"
+      "  --chunk N[K|M]             staging chunk, a multiple of 4K (default 4M); --depth N bounce buffers "
+      "(default 2)\n"
+      "  --port N                   TCP port of the bootstrap (default 18515); --timeout S per step (default "
+      "30)\n"
+      "  --local                    run the GPU halves on this machine only, no network\n");
 }
 
 std::size_t parse_size(std::string_view opt, std::string_view s) {
   std::size_t mult = 1;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'k': case 'K': mult = std::size_t{1} << 10; s.remove_suffix(1); break;
-      case 'm': case 'M': mult = std::size_t{1} << 20; s.remove_suffix(1); break;
-      case 'g': case 'G': mult = std::size_t{1} << 30; s.remove_suffix(1); break;
+      case 'k':
+      case 'K':
+        mult = std::size_t{1} << 10;
+        s.remove_suffix(1);
+        break;
+      case 'm':
+      case 'M':
+        mult = std::size_t{1} << 20;
+        s.remove_suffix(1);
+        break;
+      case 'g':
+      case 'G':
+        mult = std::size_t{1} << 30;
+        s.remove_suffix(1);
+        break;
       default: break;
     }
   }
   char* end = nullptr;
   const std::string t(s);
   const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || v == 0) throw std::invalid_argument(std::string(opt) + ": not a positive size: " + t);
+  if (t.empty() || *end != '\0' || v == 0)
+    throw std::invalid_argument(std::string(opt) + ": not a positive size: " + t);
   return static_cast<std::size_t>(v) * mult;
 }
 
@@ -134,8 +151,9 @@ double median(std::vector<double> v) {
 
 bool report_check(const char* where, const rdx::cuda::pattern_result& r, int iter) {
   if (r.ok()) return true;
-  std::fprintf(stderr, "gpu_pingpong: FAIL: %s, iteration %d: %llu wrong 8-byte words, first at byte %llu\n", where, iter,
-               static_cast<unsigned long long>(r.mismatches), static_cast<unsigned long long>(r.first_bad_offset));
+  std::fprintf(stderr, "gpu_pingpong: FAIL: %s, iteration %d: %llu wrong 8-byte words, first at byte %llu\n",
+               where, iter, static_cast<unsigned long long>(r.mismatches),
+               static_cast<unsigned long long>(r.first_bad_offset));
   return false;
 }
 
@@ -165,7 +183,9 @@ int run_local(const options& o) {
       std::memcpy(c.host.data(), wire.data() + c.offset, c.host.size());
     });
     const auto t1 = std::chrono::steady_clock::now();
-    if (!report_check("peer's check of the ping", gpu_pingpong::check(b.data(), o.size, seed, s.native_handle()), it)) return 1;
+    if (!report_check("peer's check of the ping",
+                      gpu_pingpong::check(b.data(), o.size, seed, s.native_handle()), it))
+      return 1;
     RDX_CUDA_TRY(cudaMemsetAsync(a.data(), 0, o.size, s.native_handle()));
     s.synchronize();
     const auto t2 = std::chrono::steady_clock::now();
@@ -176,7 +196,9 @@ int run_local(const options& o) {
       std::memcpy(c.host.data(), wire.data() + c.offset, c.host.size());
     });
     const auto t3 = std::chrono::steady_clock::now();
-    if (!report_check("check of the pong", gpu_pingpong::check(a.data(), o.size, seed, s.native_handle()), it)) return 1;
+    if (!report_check("check of the pong", gpu_pingpong::check(a.data(), o.size, seed, s.native_handle()),
+                      it))
+      return 1;
     if (it >= 0) {
       one_way.push_back(std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count() / 2);
       out_s += ping_out.seconds;
@@ -184,15 +206,18 @@ int run_local(const options& o) {
     }
   }
   const double m = median(one_way);
-  std::printf("gpu_pingpong: path staged (GPU halves only), %zu bytes, chunk %zu KiB, depth %zu, %d round trips: all bytes right\n",
-              o.size, o.chunk >> 10, o.depth, o.iters);
-  std::printf("gpu_pingpong: one-way latency median %.1f us, bandwidth %.2f GB/s (stage out %.2f GB/s, stage in %.2f GB/s,"
-              " each with a host memcpy standing in for the RDMA write)\n",
-              m * 1e6, static_cast<double>(o.size) / m / 1e9,
-              static_cast<double>(o.size) * o.iters / out_s / 1e9, static_cast<double>(o.size) * o.iters / in_s / 1e9);
+  std::printf(
+      "gpu_pingpong: path staged (GPU halves only), %zu bytes, chunk %zu KiB, depth %zu, %d round trips: all "
+      "bytes right\n",
+      o.size, o.chunk >> 10, o.depth, o.iters);
+  std::printf(
+      "gpu_pingpong: one-way latency median %.1f us, bandwidth %.2f GB/s (stage out %.2f GB/s, stage in %.2f "
+      "GB/s,"
+      " each with a host memcpy standing in for the RDMA write)\n",
+      m * 1e6, static_cast<double>(o.size) / m / 1e9, static_cast<double>(o.size) * o.iters / out_s / 1e9,
+      static_cast<double>(o.size) * o.iters / in_s / 1e9);
   return 0;
 }
-
 
 // --- the network half: two nodes, one RC queue pair ----------------------------
 
@@ -257,7 +282,8 @@ std::uint32_t agree_path(const settings& client, const settings& server) {
     throw failure("--path direct on one side and --path staged on the other");
   const std::uint32_t forced = client.forced != 0 ? client.forced : server.forced;
   if (forced == path_direct && (client.path != path_direct || server.path != path_direct))
-    throw failure(std::string("--path direct, but ") + (client.path != path_direct ? "the client" : "the server") +
+    throw failure(std::string("--path direct, but ") +
+                  (client.path != path_direct ? "the client" : "the server") +
                   " cannot register its GPU memory (see its probe output)");
   if (forced != 0) return forced;
   return client.path == path_direct && server.path == path_direct ? path_direct : path_staged;
@@ -278,20 +304,23 @@ struct link {
         send_cq(ctx, 32),
         recv_cq(ctx, static_cast<int>(recv_depth + 8)),
         qp(pd, send_cq, recv_cq,
-           rdx::queue_pair_attr{.max_send_wr = 16, .max_recv_wr = recv_depth, .remote_access = rdx::access::remote_write}),
+           rdx::queue_pair_attr{
+               .max_send_wr = 16, .max_recv_wr = recv_depth, .remote_access = rdx::access::remote_write}),
         timeout(t),
         recvs(recv_depth) {}
 
   void post_recv() {
     // Data arrives by RDMA write with immediate, credits as empty sends: the
     // receive itself never holds bytes.
-    if (auto ec = qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{}))) throw failure("post a receive: " + ec.message());
+    if (auto ec = qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{})))
+      throw failure("post a receive: " + ec.message());
   }
   rdx::completion wait(rdx::completion_queue& cq, const std::string& what) {
     rdx::completion c{};
     const std::error_code ec = rdx::poll_one(cq, c, timeout);
     if (ec == rdx::errc::timed_out)
-      throw failure("no " + what + " completion within " + std::to_string(timeout.count()) + " s (has the peer stopped?)");
+      throw failure("no " + what + " completion within " + std::to_string(timeout.count()) +
+                    " s (has the peer stopped?)");
     if (ec) throw failure("polling for " + what + ": " + ec.message());
     if (!c.ok()) throw failure(what + " failed: " + c.error().message());
     return c;
@@ -312,8 +341,12 @@ struct link {
   }
 };
 
-constexpr std::uint32_t data_tag(std::size_t chunk) { return 0x80000000u | static_cast<std::uint32_t>(chunk & 0x7fffffffu); }
-constexpr std::uint32_t credit_tag(std::size_t chunk) { return static_cast<std::uint32_t>(chunk & 0x7fffffffu); }
+constexpr std::uint32_t data_tag(std::size_t chunk) {
+  return 0x80000000u | static_cast<std::uint32_t>(chunk & 0x7fffffffu);
+}
+constexpr std::uint32_t credit_tag(std::size_t chunk) {
+  return static_cast<std::uint32_t>(chunk & 0x7fffffffu);
+}
 
 // Staged, sender side: each chunk that reached the bounce buffer is written
 // into the same slot of the peer's bounce buffers, once the peer has said the
@@ -324,8 +357,8 @@ void staged_send(link& l, rdx::cuda::staging_pipeline& pipe, const rdx::memory_r
   const std::size_t depth = pipe.options().depth;
   (void)pipe.send(src, size, [&](const rdx::cuda::staged_chunk& c) {
     if (c.index >= depth) (void)l.expect(credit_tag(c.index), "credit for chunk " + std::to_string(c.index));
-    l.post(rdx::wr::write_imm(bounce_mr.sge(c.slot * chunk, c.host.size()), rdx::at(peer_bounce, c.slot * chunk),
-                              data_tag(c.index)),
+    l.post(rdx::wr::write_imm(bounce_mr.sge(c.slot * chunk, c.host.size()),
+                              rdx::at(peer_bounce, c.slot * chunk), data_tag(c.index)),
            "write of chunk " + std::to_string(c.index));
     l.send_done("write of chunk " + std::to_string(c.index));
   });
@@ -342,8 +375,8 @@ void staged_receive(link& l, rdx::cuda::staging_pipeline& pipe, void* dst, std::
     }
     const auto done = l.expect(data_tag(c.index), "chunk " + std::to_string(c.index));
     if (done.byte_len() != c.host.size())
-      throw failure("chunk " + std::to_string(c.index) + ": " + std::to_string(done.byte_len()) + " bytes, expected " +
-                    std::to_string(c.host.size()));
+      throw failure("chunk " + std::to_string(c.index) + ": " + std::to_string(done.byte_len()) +
+                    " bytes, expected " + std::to_string(c.host.size()));
   });
 }
 
@@ -377,7 +410,8 @@ int run_network(const options& o) {
     try {
       rdx::cuda::device_buffer<std::byte> probe_buf(2u << 20);
       const auto mr = rdx::cuda::register_memory(l.pd, probe_buf, rdx::access::local_write);
-      std::printf("gpu_pingpong: GPU memory registers through %s\n", std::string(rdx::cuda::to_string(mr.path)).c_str());
+      std::printf("gpu_pingpong: GPU memory registers through %s\n",
+                  std::string(rdx::cuda::to_string(mr.path)).c_str());
       can_register = true;
     } catch (const rdx::error& e) {
       std::printf("gpu_pingpong: GPU memory does not register here, so staged: %s\n", e.what());
@@ -417,11 +451,12 @@ int run_network(const options& o) {
     pipe.emplace(rdx::cuda::staging_options{.chunk_bytes = lead.chunk, .depth = depth, .device = o.gpu});
     bounce_mr.emplace(l.pd, pipe->bounce_buffers(), rights);
     mine_desc.push_back(bounce_mr->remote());
-    std::printf("gpu_pingpong: path staged (%zu KiB chunks, %u bounce buffers)\n", static_cast<std::size_t>(lead.chunk >> 10),
-                depth);
+    std::printf("gpu_pingpong: path staged (%zu KiB chunks, %u bounce buffers)\n",
+                static_cast<std::size_t>(lead.chunk >> 10), depth);
   }
   const rdx::wire::message remote = rdx::tcp::exchange(sock, l.qp.local_endpoint(), mine_desc, timeout);
-  if (remote.descriptors.size() != 1 || !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth))
+  if (remote.descriptors.size() != 1 ||
+      !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth))
     throw failure("the peer's memory descriptor does not cover what this side will write");
   const rdx::remote_descriptor peer_mem = remote.descriptors[0];
   l.qp.connect(remote.ep);
@@ -434,7 +469,8 @@ int run_network(const options& o) {
         // The whole registered src goes out; GPU memory is never read by the
         // CPU, so no inline payload.
         (void)from;
-        l.post(std::move(rdx::wr::write_imm(src_mr->region.sge(), rdx::at(peer_mem, 0), k).no_inline()), "write");
+        l.post(std::move(rdx::wr::write_imm(src_mr->region.sge(), rdx::at(peer_mem, 0), k).no_inline()),
+               "write");
         l.send_done("write");
       } else {
         (void)l.expect(k, "write of round trip " + std::to_string(k));
@@ -461,14 +497,17 @@ int run_network(const options& o) {
       one_way(src.data(), nullptr, true, k);
       one_way(nullptr, dst.data(), false, k);
       const auto t1 = std::chrono::steady_clock::now();
-      if (!report_check("the echo", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) return 1;
+      if (!report_check("the echo", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it))
+        return 1;
       if (it >= 0) rtt.push_back(std::chrono::duration<double>(t1 - t0).count());
     } else {
       one_way(nullptr, dst.data(), false, k);
-      if (!report_check("the ping", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) return 1;
+      if (!report_check("the ping", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it))
+        return 1;
       // Echo: direct writes from src, so copy the checked bytes there first.
       if (path == path_direct) {
-        RDX_CUDA_TRY(cudaMemcpyAsync(src.data(), dst.data(), size, cudaMemcpyDeviceToDevice, s.native_handle()));
+        RDX_CUDA_TRY(
+            cudaMemcpyAsync(src.data(), dst.data(), size, cudaMemcpyDeviceToDevice, s.native_handle()));
         s.synchronize();
       }
       one_way(path == path_direct ? src.data() : dst.data(), nullptr, true, k);
@@ -503,13 +542,15 @@ int main(int argc, char** argv) try {
               std::string(rdx::cuda::to_string(best)).c_str(), o.path.c_str());
   if (o.local || rdma_device_count() == 0) {
     if (!o.local) {
-      std::printf("gpu_pingpong: the network half needs an RDMA device and ibv_get_device_list found none here;"
-                  " running the GPU halves on this machine only (fill, stage out, stage in, check, both ways)."
-                  " On two machines with a GPU and an RDMA device each: `gpu_pingpong` on one,"
-                  " `gpu_pingpong --connect <first>` on the other.\n");
+      std::printf(
+          "gpu_pingpong: the network half needs an RDMA device and ibv_get_device_list found none here;"
+          " running the GPU halves on this machine only (fill, stage out, stage in, check, both ways)."
+          " On two machines with a GPU and an RDMA device each: `gpu_pingpong` on one,"
+          " `gpu_pingpong --connect <first>` on the other.\n");
     }
     if (o.path == "direct") {
-      std::fprintf(stderr, "gpu_pingpong: --path direct needs an RDMA device to register GPU memory with:\n%s",
+      std::fprintf(stderr,
+                   "gpu_pingpong: --path direct needs an RDMA device to register GPU memory with:\n%s",
                    report.to_string().c_str());
       return 1;
     }

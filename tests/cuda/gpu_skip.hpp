@@ -26,10 +26,11 @@ inline bool require_rdma_device_or_skip(const char* program) {
   ibv_device** list = ibv_get_device_list(&n);
   if (list != nullptr) ibv_free_device_list(list);
   if (n <= 0) {
-    std::fprintf(stderr,
-                 "%s: SKIP: needs a GPU and an RDMA device on one machine; ibv_get_device_list found none here. "
-                 "Run `ctest --test-dir build-cuda -L cuda` on a machine with both.\n",
-                 program);
+    std::fprintf(
+        stderr,
+        "%s: SKIP: needs a GPU and an RDMA device on one machine; ibv_get_device_list found none here. "
+        "Run `ctest --test-dir build-cuda -L cuda` on a machine with both.\n",
+        program);
     std::fflush(stderr);
     std::_Exit(77);
   }

@@ -2,15 +2,15 @@
 #include <rdx/cuda/check.hpp>
 #include <rdx/cuda/memory.hpp>
 
-#include "gpu_skip.hpp"
-#include "patterns.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
+
+#include "gpu_skip.hpp"
+#include "patterns.hpp"
 
 namespace {
 [[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_memory_test");
@@ -56,7 +56,8 @@ TEST_CASE("pinned_buffer is page-locked host memory the GPU copies to and from",
   rdx::cuda::stream s;
   rdx_test::gpu_fill(dev.data(), n, 42, 0, s.native_handle());
   std::memset(host.data(), 0, n);
-  REQUIRE(cudaMemcpyAsync(host.data(), dev.data(), n, cudaMemcpyDeviceToHost, s.native_handle()) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(host.data(), dev.data(), n, cudaMemcpyDeviceToHost, s.native_handle()) ==
+          cudaSuccess);
   s.synchronize();
   const auto r = rdx::cuda::check_pattern_host(host.data(), n, 42);
   REQUIRE(r.mismatches == 0);

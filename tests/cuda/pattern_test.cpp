@@ -3,20 +3,21 @@
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/pattern.hpp>
 
-#include "gpu_skip.hpp"
-#include "patterns.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <vector>
+
+#include "gpu_skip.hpp"
+#include "patterns.hpp"
 
 namespace {
 [[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_pattern_test");
 }
 
 TEST_CASE("GPU fill matches the host pattern at any size and offset", "[cuda]") {
-  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{4097}, std::size_t{3u << 20}}) {
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{4097}, std::size_t{3u << 20}}) {
     for (std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{8}, std::uint64_t{3}}) {
       rdx::cuda::device_buffer<std::byte> dev(n);
       REQUIRE(cudaMemset(dev.data(), 0xA5, n) == cudaSuccess);

@@ -1,7 +1,7 @@
 // Fill and check kernels for the cuda tests and tools.
-#include "patterns.hpp"
-
 #include <rdx/cuda/pattern.cuh>
+
+#include "patterns.hpp"
 
 namespace rdx_test {
 void gpu_fill(void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset, cudaStream_t s) {

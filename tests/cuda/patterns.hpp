@@ -11,6 +11,6 @@
 
 namespace rdx_test {
 void gpu_fill(void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset = 0, cudaStream_t s = nullptr);
-rdx::cuda::pattern_result gpu_check(const void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset = 0,
-                                    cudaStream_t s = nullptr);
+rdx::cuda::pattern_result gpu_check(const void* p, std::size_t n, std::uint64_t seed,
+                                    std::uint64_t offset = 0, cudaStream_t s = nullptr);
 }  // namespace rdx_test

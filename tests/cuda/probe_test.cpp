@@ -5,13 +5,13 @@
 #include <rdx/cuda/probe.hpp>
 #include <rdx/cuda/register.hpp>
 
-#include "gpu_skip.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <cstdio>
-#include <fcntl.h>
 #include <string>
+
+#include "gpu_skip.hpp"
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,8 +46,9 @@ TEST_CASE("probe reports the device attributes as CUDA gives them", "[cuda]") {
   REQUIRE(r.writes_ordering == attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING));
   if (r.dma_buf_attribute) REQUIRE(r.dma_buf_export == rdx::cuda::support::yes);
   const std::string text = r.to_string();
-  for (const char* key : {"DMA_BUF_SUPPORTED", "GPU_DIRECT_RDMA_SUPPORTED", "FLUSH_WRITES_OPTIONS", "WRITES_ORDERING",
-                          "ibv_reg_dmabuf_mr", "nv_mem/version", "nvidia_peermem/version", "best path"}) {
+  for (const char* key :
+       {"DMA_BUF_SUPPORTED", "GPU_DIRECT_RDMA_SUPPORTED", "FLUSH_WRITES_OPTIONS", "WRITES_ORDERING",
+        "ibv_reg_dmabuf_mr", "nv_mem/version", "nvidia_peermem/version", "best path"}) {
     INFO(key);
     REQUIRE(text.find(key) != std::string::npos);
   }
@@ -92,7 +93,8 @@ TEST_CASE("a whole cudaMalloc allocation exports as a dma-buf, page-aligned", "[
   CUdeviceptr base = 0;
   std::size_t size = 0;
   // An interior pointer finds the whole allocation.
-  REQUIRE(drv.mem_get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(b.data()) + 12345) == CUDA_SUCCESS);
+  REQUIRE(drv.mem_get_address_range(&base, &size, reinterpret_cast<CUdeviceptr>(b.data()) + 12345) ==
+          CUDA_SUCCESS);
   REQUIRE(base == reinterpret_cast<CUdeviceptr>(b.data()));
   REQUIRE(size >= b.size_bytes());
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));

@@ -7,13 +7,13 @@
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 
-#include "gpu_skip.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "gpu_skip.hpp"
 
 namespace {
 [[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_register_test");
@@ -52,7 +52,8 @@ TEST_CASE("register_memory covers an interior range at its own address", "[cuda]
   }
   rdx::cuda::device_buffer<std::byte> buf(6u << 20);
   void* inner = buf.data() + 12288 + 64;
-  auto mr = rdx::cuda::register_memory(pd, inner, 1u << 20, rdx::access::local_write, rdx::cuda::gpu_path::dma_buf);
+  auto mr =
+      rdx::cuda::register_memory(pd, inner, 1u << 20, rdx::access::local_write, rdx::cuda::gpu_path::dma_buf);
   REQUIRE(mr.path == rdx::cuda::gpu_path::dma_buf);
   REQUIRE(mr.region.addr() == inner);
   REQUIRE(mr.region.length() == (1u << 20));
@@ -63,10 +64,12 @@ TEST_CASE("register_memory refuses what it cannot register, saying why", "[cuda]
   rdx::protection_domain pd(ctx);
   rdx::cuda::device_buffer<std::byte> buf(1u << 20);
   rdx::cuda::pinned_buffer<std::byte> host(4096);
-  REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, host.data(), 4096), Catch::Contains("not device memory"));
-  REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, buf, rdx::access::local_write, rdx::cuda::gpu_path::staged),
-                      Catch::Contains("staging_pipeline"));
-  REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, buf.data() + 4096, buf.size_bytes(), rdx::access::local_write,
-                                                 rdx::cuda::gpu_path::dma_buf),
+  REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, host.data(), 4096),
+                      Catch::Contains("not device memory"));
+  REQUIRE_THROWS_WITH(
+      rdx::cuda::register_memory(pd, buf, rdx::access::local_write, rdx::cuda::gpu_path::staged),
+      Catch::Contains("staging_pipeline"));
+  REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, buf.data() + 4096, buf.size_bytes(),
+                                                 rdx::access::local_write, rdx::cuda::gpu_path::dma_buf),
                       Catch::Contains("dma-buf"));
 }

@@ -4,14 +4,14 @@
 #include <rdx/cuda/pattern.hpp>
 #include <rdx/cuda/staging.hpp>
 
-#include "gpu_skip.hpp"
-#include "patterns.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "gpu_skip.hpp"
+#include "patterns.hpp"
 
 namespace {
 [[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_staging_test");
@@ -118,8 +118,9 @@ TEST_CASE("GPU to host to GPU round trip through two pipelines", "[cuda]") {
   rdx::cuda::pinned_buffer<std::byte> wire(bytes);
   rdx_test::gpu_fill(a.data(), bytes, 2024);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  (void)sender.send(a.data(), bytes,
-                    [&](const rdx::cuda::staged_chunk& c) { std::memcpy(wire.data() + c.offset, c.host.data(), c.host.size()); });
+  (void)sender.send(a.data(), bytes, [&](const rdx::cuda::staged_chunk& c) {
+    std::memcpy(wire.data() + c.offset, c.host.data(), c.host.size());
+  });
   (void)receiver.receive(b.data(), bytes, [&](const rdx::cuda::staged_chunk& c) {
     std::memcpy(c.host.data(), wire.data() + c.offset, c.host.size());
   });

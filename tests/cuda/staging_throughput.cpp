@@ -6,8 +6,6 @@
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/staging.hpp>
 
-#include "patterns.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +13,8 @@
 #include <cstring>
 #include <exception>
 #include <vector>
+
+#include "patterns.hpp"
 
 namespace {
 template <class F>
@@ -32,7 +32,8 @@ double median_seconds(int reps, F&& f) {
 
 int main(int argc, char** argv) try {
   if (rdx::cuda::device_count() == 0) {
-    std::fprintf(stderr, "cuda_staging_throughput: SKIP: no CUDA GPU: %s\n", rdx::cuda::no_device_reason().c_str());
+    std::fprintf(stderr, "cuda_staging_throughput: SKIP: no CUDA GPU: %s\n",
+                 rdx::cuda::no_device_reason().c_str());
     return 77;
   }
   const std::size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024) << 20;
@@ -47,16 +48,14 @@ int main(int argc, char** argv) try {
   RDX_CUDA_TRY(cudaDeviceSynchronize());
 
   // Baseline: one cudaMemcpy of all bytes each way, pinned host memory.
-  const double d2h_plain = median_seconds(reps, [&] {
-    RDX_CUDA_TRY(cudaMemcpy(host.data(), dev.data(), bytes, cudaMemcpyDeviceToHost));
-  });
+  const double d2h_plain = median_seconds(
+      reps, [&] { RDX_CUDA_TRY(cudaMemcpy(host.data(), dev.data(), bytes, cudaMemcpyDeviceToHost)); });
   if (!rdx::cuda::check_pattern_host(host.data(), bytes, 31337).ok()) {
     std::fprintf(stderr, "plain D2H copy: wrong bytes\n");
     return 1;
   }
-  const double h2d_plain = median_seconds(reps, [&] {
-    RDX_CUDA_TRY(cudaMemcpy(dev.data(), host.data(), bytes, cudaMemcpyHostToDevice));
-  });
+  const double h2d_plain = median_seconds(
+      reps, [&] { RDX_CUDA_TRY(cudaMemcpy(dev.data(), host.data(), bytes, cudaMemcpyHostToDevice)); });
   const auto gbs = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
   std::printf("bytes %zu MiB, reps %d (median)\n", bytes >> 20, reps);
   std::printf("RESULT plain    D2H %7.2f GB/s  H2D %7.2f GB/s\n", gbs(d2h_plain), gbs(h2d_plain));
@@ -78,10 +77,14 @@ int main(int argc, char** argv) try {
         rc = 1;
       }
       // Timed: the sink and source stand for RDMA work that overlaps the copies.
-      const double d2h = median_seconds(reps, [&] { (void)p.send(dev.data(), bytes, [](const rdx::cuda::staged_chunk&) {}); });
-      const double h2d = median_seconds(reps, [&] { (void)p.receive(dev.data(), bytes, [](const rdx::cuda::staged_chunk&) {}); });
-      std::printf("RESULT staged chunk %5zu KiB depth %zu  D2H %7.2f GB/s (%5.1f%% of plain)  H2D %7.2f GB/s (%5.1f%% of plain)\n",
-                  chunk >> 10, depth, gbs(d2h), 100.0 * d2h_plain / d2h, gbs(h2d), 100.0 * h2d_plain / h2d);
+      const double d2h = median_seconds(
+          reps, [&] { (void)p.send(dev.data(), bytes, [](const rdx::cuda::staged_chunk&) {}); });
+      const double h2d = median_seconds(
+          reps, [&] { (void)p.receive(dev.data(), bytes, [](const rdx::cuda::staged_chunk&) {}); });
+      std::printf(
+          "RESULT staged chunk %5zu KiB depth %zu  D2H %7.2f GB/s (%5.1f%% of plain)  H2D %7.2f GB/s "
+          "(%5.1f%% of plain)\n",
+          chunk >> 10, depth, gbs(d2h), 100.0 * d2h_plain / d2h, gbs(h2d), 100.0 * h2d_plain / h2d);
     }
   }
   // The receive runs above wrote bounce-buffer contents into dev; a full

@@ -34,10 +34,8 @@ constexpr bool is_sticky(cudaError_t s) noexcept {
     case cudaErrorInvalidPc:
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable:
-      return true;
-    default:
-      return false;
+    case cudaErrorECCUncorrectable: return true;
+    default: return false;
   }
 }
 
@@ -71,7 +69,8 @@ public:
       case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE: invalid device ordinal";
       case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT: no current context";
       case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND: named symbol not found";
-      case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED: operation not supported on this device or driver";
+      case CUDA_ERROR_NOT_SUPPORTED:
+        return "CUDA_ERROR_NOT_SUPPORTED: operation not supported on this device or driver";
       case CUDA_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED: operation not permitted";
       case CUDA_ERROR_UNKNOWN: return "CUDA_ERROR_UNKNOWN";
       default: return "CUresult " + std::to_string(ev);

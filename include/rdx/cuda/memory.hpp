@@ -35,7 +35,8 @@ private:
 //! count elements of T in device memory (cudaMalloc), freed on destruction.
 template <class T>
 class device_buffer {
-  static_assert(std::is_trivially_copyable_v<T>, "device_buffer holds bytes copied by DMA: T must be trivially copyable");
+  static_assert(std::is_trivially_copyable_v<T>,
+                "device_buffer holds bytes copied by DMA: T must be trivially copyable");
 
 public:
   using value_type = T;
@@ -52,7 +53,8 @@ public:
   }
   //! Takes ownership of memory from cudaMalloc; refuses nullptr.
   [[nodiscard]] static device_buffer from_native_handle(T* p, std::size_t count, int device) {
-    if (p == nullptr) rdx::detail::throw_rdx(errc::invalid_argument, "device_buffer::from_native_handle: nullptr");
+    if (p == nullptr)
+      rdx::detail::throw_rdx(errc::invalid_argument, "device_buffer::from_native_handle: nullptr");
     device_buffer b;
     b.data_ = p;
     b.count_ = count;
@@ -103,7 +105,8 @@ private:
 //! GPU copies at full speed and an RDMA device can register.
 template <class T>
 class pinned_buffer {
-  static_assert(std::is_trivially_copyable_v<T>, "pinned_buffer holds bytes copied by DMA: T must be trivially copyable");
+  static_assert(std::is_trivially_copyable_v<T>,
+                "pinned_buffer holds bytes copied by DMA: T must be trivially copyable");
 
 public:
   using value_type = T;
@@ -118,7 +121,8 @@ public:
   }
   //! Takes ownership of memory from cudaMallocHost; refuses nullptr.
   [[nodiscard]] static pinned_buffer from_native_handle(T* p, std::size_t count) {
-    if (p == nullptr) rdx::detail::throw_rdx(errc::invalid_argument, "pinned_buffer::from_native_handle: nullptr");
+    if (p == nullptr)
+      rdx::detail::throw_rdx(errc::invalid_argument, "pinned_buffer::from_native_handle: nullptr");
     pinned_buffer b;
     b.data_ = p;
     b.count_ = count;

@@ -20,7 +20,8 @@ namespace detail {
 // byte-wise otherwise; grid-stride loops so any size fits one launch.
 // Templates, so that several .cu files of one program may include this.
 template <int Unused = 0>
-__global__ void fill_pattern_kernel(unsigned char* p, std::size_t n, std::uint64_t seed, std::uint64_t offset) {
+__global__ void fill_pattern_kernel(unsigned char* p, std::size_t n, std::uint64_t seed,
+                                    std::uint64_t offset) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if ((reinterpret_cast<std::uintptr_t>(p) % 8) == 0 && (offset % 8) == 0) {
@@ -34,8 +35,8 @@ __global__ void fill_pattern_kernel(unsigned char* p, std::size_t n, std::uint64
 }
 
 template <int Unused = 0>
-__global__ void check_pattern_kernel(const unsigned char* p, std::size_t n, std::uint64_t seed, std::uint64_t offset,
-                                     pattern_result* out) {
+__global__ void check_pattern_kernel(const unsigned char* p, std::size_t n, std::uint64_t seed,
+                                     std::uint64_t offset, pattern_result* out) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t tid = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   unsigned long long bad = 0;
@@ -79,7 +80,8 @@ inline unsigned pattern_grid(std::size_t n) {
 inline void fill_pattern(void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset = 0,
                          cudaStream_t s = nullptr) {
   if (n == 0) return;
-  detail::fill_pattern_kernel<><<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<unsigned char*>(p), n, seed, offset);
+  detail::fill_pattern_kernel<>
+      <<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<unsigned char*>(p), n, seed, offset);
   RDX_CUDA_TRY(cudaGetLastError());
 }
 
@@ -91,8 +93,8 @@ inline void fill_pattern(void* p, std::size_t n, std::uint64_t seed, std::uint64
   if (n == 0) return init;
   device_buffer<pattern_result> out(1);
   RDX_CUDA_TRY(cudaMemcpyAsync(out.data(), &init, sizeof init, cudaMemcpyHostToDevice, s));
-  detail::check_pattern_kernel<><<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<const unsigned char*>(p), n, seed,
-                                                                        offset, out.data());
+  detail::check_pattern_kernel<><<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<const unsigned char*>(p),
+                                                                         n, seed, offset, out.data());
   RDX_CUDA_TRY(cudaGetLastError());
   pattern_result r;
   RDX_CUDA_TRY(cudaMemcpyAsync(&r, out.data(), sizeof r, cudaMemcpyDeviceToHost, s));

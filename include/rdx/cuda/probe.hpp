@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
 #include <unistd.h>
 
 namespace rdx::cuda {
@@ -59,8 +60,8 @@ struct gpudirect_report {
   // CUDA device attributes.
   bool dma_buf_attribute = false;          //!< CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
   bool gpu_direct_rdma_supported = false;  //!< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
-  int flush_writes_options = 0;            //!< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS (bitmask)
-  int writes_ordering = 0;                 //!< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (0, 100, 200)
+  int flush_writes_options = 0;  //!< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS (bitmask)
+  int writes_ordering = 0;       //!< CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (0, 100, 200)
 
   //! cuMemGetHandleForAddressRange(DMA_BUF_FD) on a fresh 2 MiB cudaMalloc.
   support dma_buf_export = support::unknown;
@@ -79,11 +80,14 @@ struct gpudirect_report {
   //! Contents of /sys/module/nvidia_peermem/version ("" if absent).
   std::string nvidia_peermem_version;
 
-  [[nodiscard]] bool peermem_loaded() const noexcept { return !nv_mem_version.empty() || !nvidia_peermem_version.empty(); }
+  [[nodiscard]] bool peermem_loaded() const noexcept {
+    return !nv_mem_version.empty() || !nvidia_peermem_version.empty();
+  }
 
   //! Whether registering GPU memory through dma-buf should work here.
   [[nodiscard]] support dma_buf_path() const noexcept {
-    if (!dma_buf_attribute || dma_buf_export == support::no || kernel_dmabuf_mr == support::no) return support::no;
+    if (!dma_buf_attribute || dma_buf_export == support::no || kernel_dmabuf_mr == support::no)
+      return support::no;
     if (dma_buf_export == support::yes && kernel_dmabuf_mr == support::yes) return support::yes;
     return support::unknown;
   }
@@ -115,18 +119,21 @@ struct gpudirect_report {
           : writes_ordering >= 100 ? " (owner GPU sees writes in order)"
                                    : " (none: flush before consuming)") +
          "\n";
-    s += "  dma-buf export (cuMemGetHandleForAddressRange)  " + std::string(rdx::cuda::to_string(dma_buf_export)) +
+    s += "  dma-buf export (cuMemGetHandleForAddressRange)  " +
+         std::string(rdx::cuda::to_string(dma_buf_export)) +
          (dma_buf_export_detail.empty() ? "" : ": " + dma_buf_export_detail) + "\n";
-    s += "  RDMA device                           " + (rdma_device.empty() ? std::string("none") : rdma_device) +
+    s += "  RDMA device                           " +
+         (rdma_device.empty() ? std::string("none") : rdma_device) +
          (rdma_device_detail.empty() ? "" : " (" + rdma_device_detail + ")") + "\n";
     s += "  kernel ibv_reg_dmabuf_mr              " + std::string(rdx::cuda::to_string(kernel_dmabuf_mr)) +
          (kernel_dmabuf_detail.empty() ? "" : ": " + kernel_dmabuf_detail) + "\n";
-    s += "  peermem nv_mem/version                " + (nv_mem_version.empty() ? std::string("absent") : nv_mem_version) + "\n";
+    s += "  peermem nv_mem/version                " +
+         (nv_mem_version.empty() ? std::string("absent") : nv_mem_version) + "\n";
     s += "  peermem nvidia_peermem/version        " +
          (nvidia_peermem_version.empty() ? std::string("absent") : nvidia_peermem_version) + "\n";
     s += "  => dma-buf path " + std::string(rdx::cuda::to_string(dma_buf_path())) + ", peermem path " +
-         std::string(rdx::cuda::to_string(peermem_path())) + ", best path: " +
-         std::string(rdx::cuda::to_string(best_path())) + "\n";
+         std::string(rdx::cuda::to_string(peermem_path())) +
+         ", best path: " + std::string(rdx::cuda::to_string(best_path())) + "\n";
     return s;
   }
 };
@@ -207,9 +214,12 @@ struct device_list_deleter {
   r.gpu_name = prop.name;
   r.gpu_pci_address = pci_address_of(cuda_device);
   r.dma_buf_attribute = detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) != 0;
-  r.gpu_direct_rdma_supported = detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) != 0;
-  r.flush_writes_options = detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS);
-  r.writes_ordering = detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING);
+  r.gpu_direct_rdma_supported =
+      detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) != 0;
+  r.flush_writes_options =
+      detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS);
+  r.writes_ordering =
+      detail::device_attribute(cuda_device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING);
   if (r.dma_buf_attribute) {
     detail::probe_dma_buf_export(cuda_device, r);
   } else {
@@ -229,7 +239,8 @@ struct device_list_deleter {
 
 //! Probes one GPU against the RDMA device rdx would pick for it (RDX_DEVICE,
 //! else the nearest in sysfs, else the first one listed).
-[[nodiscard]] inline gpudirect_report probe_gpudirect(int cuda_device, const std::filesystem::path& sysfs_root = "/sys") {
+[[nodiscard]] inline gpudirect_report probe_gpudirect(int cuda_device,
+                                                      const std::filesystem::path& sysfs_root = "/sys") {
   int n = 0;
   std::unique_ptr<ibv_device*, detail::device_list_deleter> list(ibv_get_device_list(&n));
   std::string wanted;
@@ -252,14 +263,16 @@ struct device_list_deleter {
   if (dev == nullptr) {
     auto r = probe_gpudirect(cuda_device, nullptr, sysfs_root);
     r.rdma_device_detail = !list ? std::string("ibv_get_device_list failed: ") + std::strerror(errno)
-                           : n == 0 ? std::string("ibv_get_device_list returned 0 devices")
-                                    : "RDX_DEVICE=" + wanted + " not among the " + std::to_string(n) + " devices";
+                           : n == 0
+                               ? std::string("ibv_get_device_list returned 0 devices")
+                               : "RDX_DEVICE=" + wanted + " not among the " + std::to_string(n) + " devices";
     return r;
   }
   ibv_context* ctx = ibv_open_device(dev);
   if (ctx == nullptr) {
     auto r = probe_gpudirect(cuda_device, nullptr, sysfs_root);
-    r.rdma_device_detail = std::string("ibv_open_device(") + ibv_get_device_name(dev) + ") failed: " + std::strerror(errno);
+    r.rdma_device_detail =
+        std::string("ibv_open_device(") + ibv_get_device_name(dev) + ") failed: " + std::strerror(errno);
     return r;
   }
   gpudirect_report r;

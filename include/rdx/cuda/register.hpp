@@ -17,8 +17,9 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 #include <utility>
+
+#include <unistd.h>
 
 namespace rdx::cuda {
 
@@ -34,7 +35,9 @@ struct registration_attempts {
   std::string peermem;  // why peermem failed ("" if not tried)
 };
 
-inline std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+inline std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+}
 
 inline std::string hex_address(std::uintptr_t a) {
   char buf[24];
@@ -47,10 +50,14 @@ inline std::string hex_address(std::uintptr_t a) {
 //! where a range of it sits: what ibv_reg_dmabuf_mr takes. Owns the fd.
 class dma_buf_range {
 public:
-  dma_buf_range(int fd, std::uint64_t offset, std::size_t length, std::uint64_t iova, std::size_t dma_buf_bytes) noexcept
+  dma_buf_range(int fd, std::uint64_t offset, std::size_t length, std::uint64_t iova,
+                std::size_t dma_buf_bytes) noexcept
       : fd_(fd), offset_(offset), length_(length), iova_(iova), dma_buf_bytes_(dma_buf_bytes) {}
   dma_buf_range(dma_buf_range&& o) noexcept
-      : fd_(std::exchange(o.fd_, -1)), offset_(o.offset_), length_(o.length_), iova_(o.iova_),
+      : fd_(std::exchange(o.fd_, -1)),
+        offset_(o.offset_),
+        length_(o.length_),
+        iova_(o.iova_),
         dma_buf_bytes_(o.dma_buf_bytes_) {}
   dma_buf_range& operator=(dma_buf_range&& o) noexcept {
     if (this != &o) {
@@ -100,27 +107,34 @@ private:
     cudaPointerAttributes pa{};
     RDX_CUDA_TRY(cudaPointerGetAttributes(&pa, device_ptr));
     if (pa.type != cudaMemoryTypeDevice) {
-      rdx::detail::throw_rdx(errc::invalid_argument, "export_dma_buf: " + detail::hex_address(reinterpret_cast<std::uintptr_t>(device_ptr)) +
-                                                         " is not device memory");
+      rdx::detail::throw_rdx(
+          errc::invalid_argument,
+          "export_dma_buf: " + detail::hex_address(reinterpret_cast<std::uintptr_t>(device_ptr)) +
+              " is not device memory");
     }
     device = pa.device;
   }
   int attr = 0;
-  RDX_CUDA_TRY(cudaDeviceGetAttribute(&attr, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), device));
+  RDX_CUDA_TRY(cudaDeviceGetAttribute(
+      &attr, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), device));
   if (attr == 0) {
-    rdx::detail::throw_rdx(errc::unsupported, "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on GPU " + std::to_string(device) +
+    rdx::detail::throw_rdx(errc::unsupported, "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 on GPU " +
+                                                  std::to_string(device) +
                                                   " (driver too old, or not the open kernel modules)");
   }
   const auto& drv = detail::driver();
   const auto addr = reinterpret_cast<std::uintptr_t>(device_ptr);
   CUdeviceptr base = 0;
   std::size_t size = 0;
-  if (CUresult st = drv.mem_get_address_range(&base, &size, static_cast<CUdeviceptr>(addr)); st != CUDA_SUCCESS) {
-    rdx::detail::throw_rdx(errc::unsupported, "cuMemGetAddressRange: " + driver_category().message(static_cast<int>(st)));
+  if (CUresult st = drv.mem_get_address_range(&base, &size, static_cast<CUdeviceptr>(addr));
+      st != CUDA_SUCCESS) {
+    rdx::detail::throw_rdx(errc::unsupported,
+                           "cuMemGetAddressRange: " + driver_category().message(static_cast<int>(st)));
   }
   if (bytes > base + size - addr) {
     rdx::detail::throw_rdx(errc::out_of_range, "export_dma_buf: " + std::to_string(bytes) + " bytes at " +
-                                                   detail::hex_address(addr) + " run past the allocation's end (" +
+                                                   detail::hex_address(addr) +
+                                                   " run past the allocation's end (" +
                                                    std::to_string(base + size - addr) + " bytes left)");
   }
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -128,10 +142,10 @@ private:
   const std::uintptr_t aligned_end = (base + size + page - 1) & ~(page - 1);
   int fd = -1;
   if (CUresult st = drv.mem_get_handle_for_address_range(&fd, aligned_base, aligned_end - aligned_base,
-                                                          CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+                                                         CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
       st != CUDA_SUCCESS || fd < 0) {
-    rdx::detail::throw_rdx(errc::unsupported,
-                           "cuMemGetHandleForAddressRange(DMA_BUF_FD): " + driver_category().message(static_cast<int>(st)));
+    rdx::detail::throw_rdx(errc::unsupported, "cuMemGetHandleForAddressRange(DMA_BUF_FD): " +
+                                                  driver_category().message(static_cast<int>(st)));
   }
   return dma_buf_range(fd, addr - aligned_base, bytes, addr, aligned_end - aligned_base);
 }
@@ -147,7 +161,8 @@ inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
     const int err = errno;
     if (mr == nullptr) {
       why = "ibv_reg_dmabuf_mr: " + errno_text(err != 0 ? err : EINVAL);
-      if (err == EOPNOTSUPP || err == ENOSYS) why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
+      if (err == EOPNOTSUPP || err == ENOSYS)
+        why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
     }
     return mr;  // r closes the fd: the registration holds its own reference
   } catch (const rdx::error& e) {
@@ -178,7 +193,8 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
   std::string w = head;
   if (!a.dma_buf.empty()) w += "\n  dma-buf: " + a.dma_buf;
   if (!a.peermem.empty()) w += "\n  peermem: " + a.peermem;
-  w += "\n  to fix: for dma-buf, a kernel of 5.12 or later with a NIC driver that takes dma-buf (mlx5, for one),"
+  w += "\n  to fix: for dma-buf, a kernel of 5.12 or later with a NIC driver that takes dma-buf (mlx5, for "
+       "one),"
        " rdma-core 34 or later and the NVIDIA open kernel modules;"
        " for peermem, `modprobe nvidia_peermem`;"
        " or move the bytes through rdx::cuda::staging_pipeline (gpu_path::staged)";
@@ -191,12 +207,13 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
 //! @param rights as for rdx::memory_region (local write is added to remote write)
 //! @throws rdx::error (invalid_argument) for host memory or gpu_path::staged,
 //!         (unsupported) listing each path tried, why it failed and how to fix it
-[[nodiscard]] inline gpu_memory_region register_memory(const protection_domain& pd, void* device_ptr, std::size_t bytes,
-                                                       access rights = access::local_write,
+[[nodiscard]] inline gpu_memory_region register_memory(const protection_domain& pd, void* device_ptr,
+                                                       std::size_t bytes, access rights = access::local_write,
                                                        gpu_path force = gpu_path::automatic) {
   if (force == gpu_path::staged) {
-    rdx::detail::throw_rdx(errc::invalid_argument,
-                           "register_memory: gpu_path::staged registers nothing: use rdx::cuda::staging_pipeline");
+    rdx::detail::throw_rdx(
+        errc::invalid_argument,
+        "register_memory: gpu_path::staged registers nothing: use rdx::cuda::staging_pipeline");
   }
   if (device_ptr == nullptr || bytes == 0) {
     rdx::detail::throw_rdx(errc::invalid_argument, "register_memory: null pointer or zero bytes");
@@ -206,18 +223,21 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
   if (pa.type != cudaMemoryTypeDevice) {
     rdx::detail::throw_rdx(errc::invalid_argument,
                            "register_memory: not device memory (cudaPointerGetAttributes type " +
-                               std::to_string(static_cast<int>(pa.type)) + "); register host memory with rdx::memory_region");
+                               std::to_string(static_cast<int>(pa.type)) +
+                               "); register host memory with rdx::memory_region");
   }
   if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) rights |= access::local_write;
 
   detail::registration_attempts tried;
   if (force == gpu_path::automatic || force == gpu_path::dma_buf) {
-    if (ibv_mr* mr = detail::register_dma_buf(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.dma_buf)) {
+    if (ibv_mr* mr =
+            detail::register_dma_buf(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.dma_buf)) {
       return {memory_region::adopt(pd, mr), gpu_path::dma_buf};
     }
   }
   if (force == gpu_path::automatic || force == gpu_path::peermem) {
-    if (ibv_mr* mr = detail::register_peermem(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.peermem)) {
+    if (ibv_mr* mr =
+            detail::register_peermem(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.peermem)) {
       return {memory_region::adopt(pd, mr), gpu_path::peermem};
     }
   }
@@ -256,7 +276,8 @@ enum class flush_method {
 
 //! The flush a device needs, from its GPU_DIRECT_RDMA_WRITES_ORDERING and
 //! GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS attributes.
-[[nodiscard]] constexpr flush_method required_flush(int writes_ordering, int flush_options, flush_scope consumer) noexcept {
+[[nodiscard]] constexpr flush_method required_flush(int writes_ordering, int flush_options,
+                                                    flush_scope consumer) noexcept {
   if (writes_ordering >= static_cast<int>(consumer)) return flush_method::none;
   if ((flush_options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0) return flush_method::cuda_flush;
   return flush_method::rdma_read;
@@ -266,7 +287,8 @@ enum class flush_method {
 class gpudirect_flush {
 public:
   //! @throws rdx::cuda::cuda_error when the attributes cannot be read
-  explicit gpudirect_flush(int device, flush_scope consumer = flush_scope::owner) : device_(device), scope_(consumer) {
+  explicit gpudirect_flush(int device, flush_scope consumer = flush_scope::owner)
+      : device_(device), scope_(consumer) {
     int ordering = 0;
     int options = 0;
     RDX_CUDA_TRY(cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device));
@@ -281,9 +303,10 @@ public:
   flush_method operator()() const {
     if (method_ == flush_method::cuda_flush) {
       device_guard g(device_);
-      RDX_CUDA_TRY(cudaDeviceFlushGPUDirectRDMAWrites(
-          cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
-          scope_ == flush_scope::owner ? cudaFlushGPUDirectRDMAWritesToOwner : cudaFlushGPUDirectRDMAWritesToAllDevices));
+      RDX_CUDA_TRY(cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                                      scope_ == flush_scope::owner
+                                                          ? cudaFlushGPUDirectRDMAWritesToOwner
+                                                          : cudaFlushGPUDirectRDMAWritesToAllDevices));
     }
     return method_;
   }

@@ -32,11 +32,11 @@ struct staging_options {
 
 //! One chunk sitting in a bounce buffer.
 struct staged_chunk {
-  std::size_t index = 0;        //!< chunk number in the transfer, from 0
-  std::size_t offset = 0;       //!< byte offset of the chunk in the transfer
-  std::size_t slot = 0;         //!< bounce buffer number (0 .. depth-1)
-  std::span<std::byte> host;    //!< the chunk's bytes in the bounce buffer
-  bool last = false;            //!< the transfer's final chunk
+  std::size_t index = 0;      //!< chunk number in the transfer, from 0
+  std::size_t offset = 0;     //!< byte offset of the chunk in the transfer
+  std::size_t slot = 0;       //!< bounce buffer number (0 .. depth-1)
+  std::span<std::byte> host;  //!< the chunk's bytes in the bounce buffer
+  bool last = false;          //!< the transfer's final chunk
 };
 
 //! What a transfer did, for the caller and for logs.
@@ -45,7 +45,9 @@ struct transfer_stats {
   std::size_t bytes = 0;
   std::size_t chunks = 0;
   double seconds = 0;
-  [[nodiscard]] double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+  [[nodiscard]] double gb_per_s() const noexcept {
+    return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  }
 };
 
 //! Called once per chunk, in order, once its bytes are in host memory (the
@@ -63,7 +65,9 @@ concept chunk_source = std::invocable<F&, const staged_chunk&>;
 //! A sink that lets its RDMA writes run on after it returns names
 //! wait_slot(slot): the pipeline calls it before refilling that bounce buffer.
 template <class F>
-concept slot_waiter = requires(F& f, std::size_t slot) { f.wait_slot(slot); };
+concept slot_waiter = requires(F& f, std::size_t slot) {
+  f.wait_slot(slot);
+};
 
 //! Pinned bounce buffers, a dedicated stream and one event per buffer.
 class staging_pipeline {
@@ -148,12 +152,13 @@ public:
 private:
   static staging_options validated(staging_options o) {
     if (o.chunk_bytes == 0 || o.chunk_bytes % chunk_alignment != 0) {
-      rdx::detail::throw_rdx(errc::invalid_argument, "staging_pipeline: chunk_bytes " + std::to_string(o.chunk_bytes) +
+      rdx::detail::throw_rdx(errc::invalid_argument, "staging_pipeline: chunk_bytes " +
+                                                         std::to_string(o.chunk_bytes) +
                                                          " is not a non-zero multiple of 4096");
     }
     if (o.depth < 2) {
-      rdx::detail::throw_rdx(errc::invalid_argument,
-                             "staging_pipeline: depth " + std::to_string(o.depth) + " (at least 2 bounce buffers)");
+      rdx::detail::throw_rdx(errc::invalid_argument, "staging_pipeline: depth " + std::to_string(o.depth) +
+                                                         " (at least 2 bounce buffers)");
     }
     if (o.device < 0) o.device = current_device();
     return o;

@@ -46,20 +46,21 @@ enum class pci_distance {
 
 //! One RDMA device as seen from a GPU.
 struct rdma_device_location {
-  std::string name;                  //!< e.g. "mlx5_0"
-  std::string pci_address;           //!< e.g. "0000:18:00.0"; empty for a device without PCI parent
+  std::string name;                   //!< e.g. "mlx5_0"
+  std::string pci_address;            //!< e.g. "0000:18:00.0"; empty for a device without PCI parent
   std::filesystem::path device_path;  //!< resolved path under <sysfs>/devices
-  int numa_node = -1;                //!< -1 when sysfs does not say
+  int numa_node = -1;                 //!< -1 when sysfs does not say
   pci_distance distance = pci_distance::across_numa;
-  bool active = false;               //!< some port reports ACTIVE
+  bool active = false;  //!< some port reports ACTIVE
 };
 
 //! Where a GPU sits, and its RDMA devices, nearest first.
 struct gpu_topology {
-  std::string gpu_pci_address;       //!< normalized, e.g. "0000:3b:00.0"
-  std::filesystem::path gpu_path;    //!< resolved path under <sysfs>/devices
+  std::string gpu_pci_address;     //!< normalized, e.g. "0000:3b:00.0"
+  std::filesystem::path gpu_path;  //!< resolved path under <sysfs>/devices
   int gpu_numa_node = -1;
-  std::vector<rdma_device_location> rdma_devices;  //!< sorted: distance, PCI devices before others, active first, then name
+  std::vector<rdma_device_location>
+      rdma_devices;  //!< sorted: distance, PCI devices before others, active first, then name
 
   //! The nearest device, preferring an active one at equal distance.
   [[nodiscard]] const rdma_device_location* nearest() const noexcept {
@@ -80,7 +81,8 @@ struct gpu_topology {
 
 namespace detail {
 inline bool is_hex(std::string_view s) noexcept {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 //! A PCI function address "dddd:bb:dd.f" (any domain width, any case) in
@@ -89,7 +91,8 @@ inline std::optional<std::string> normalize_pci_address(std::string_view a) {
   const auto c1 = a.find(':');
   const auto c2 = a.find(':', c1 == std::string_view::npos ? 0 : c1 + 1);
   const auto dot = a.find('.', c2 == std::string_view::npos ? 0 : c2 + 1);
-  if (c1 == std::string_view::npos || c2 == std::string_view::npos || dot == std::string_view::npos) return std::nullopt;
+  if (c1 == std::string_view::npos || c2 == std::string_view::npos || dot == std::string_view::npos)
+    return std::nullopt;
   const auto dom = a.substr(0, c1), bus = a.substr(c1 + 1, c2 - c1 - 1), dev = a.substr(c2 + 1, dot - c2 - 1),
              fn = a.substr(dot + 1);
   if (!is_hex(dom) || !is_hex(bus) || !is_hex(dev) || !is_hex(fn) || dom.size() > 8 || bus.size() > 2 ||
@@ -182,16 +185,17 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
   namespace fs = std::filesystem;
   const auto norm = detail::normalize_pci_address(gpu_pci_address);
   if (!norm) {
-    rdx::detail::throw_rdx(errc::invalid_argument,
-                           "locate_gpu: '" + std::string(gpu_pci_address) + "' is not a PCI address (dddd:bb:dd.f)");
+    rdx::detail::throw_rdx(errc::invalid_argument, "locate_gpu: '" + std::string(gpu_pci_address) +
+                                                       "' is not a PCI address (dddd:bb:dd.f)");
   }
   const fs::path devices_root = detail::canonical_or_empty(sysfs_root / "devices");
   gpu_topology t;
   t.gpu_pci_address = *norm;
   t.gpu_path = detail::canonical_or_empty(sysfs_root / "bus" / "pci" / "devices" / *norm);
   if (t.gpu_path.empty()) {
-    rdx::detail::throw_rdx(errc::no_device, "locate_gpu: " + (sysfs_root / "bus/pci/devices" / *norm).string() +
-                                                " does not exist");
+    rdx::detail::throw_rdx(
+        errc::no_device,
+        "locate_gpu: " + (sysfs_root / "bus/pci/devices" / *norm).string() + " does not exist");
   }
   t.gpu_numa_node = detail::read_numa_node(t.gpu_path);
   const auto gpu_chain = detail::chain_of(t.gpu_path, devices_root);
@@ -222,8 +226,8 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
 
 //! The RDMA device to use with a GPU: RDX_DEVICE when set (the user's
 //! override), else the nearest one; nullopt when sysfs lists none.
-[[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(std::string_view gpu_pci_address,
-                                                                    const std::filesystem::path& sysfs_root = "/sys") {
+[[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(
+    std::string_view gpu_pci_address, const std::filesystem::path& sysfs_root = "/sys") {
   if (const char* env = std::getenv("RDX_DEVICE"); env != nullptr && *env != '\0') return std::string(env);
   const auto t = locate_gpu(gpu_pci_address, sysfs_root);
   if (const auto* n = t.nearest()) return n->name;
@@ -236,18 +240,20 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
   char buf[64] = {};
   RDX_CUDA_TRY(cudaDeviceGetPCIBusId(buf, static_cast<int>(sizeof buf), cuda_device));
   const auto n = detail::normalize_pci_address(buf);
-  if (!n) rdx::detail::throw_rdx(errc::unsupported, std::string("cudaDeviceGetPCIBusId returned '") + buf + "'");
+  if (!n)
+    rdx::detail::throw_rdx(errc::unsupported, std::string("cudaDeviceGetPCIBusId returned '") + buf + "'");
   return *n;
 }
 
 //! locate_gpu for a CUDA device ordinal.
-[[nodiscard]] inline gpu_topology locate_gpu(int cuda_device, const std::filesystem::path& sysfs_root = "/sys") {
+[[nodiscard]] inline gpu_topology locate_gpu(int cuda_device,
+                                             const std::filesystem::path& sysfs_root = "/sys") {
   return locate_gpu(pci_address_of(cuda_device), sysfs_root);
 }
 
 //! rdma_device_for_gpu for a CUDA device ordinal.
-[[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(int cuda_device,
-                                                                    const std::filesystem::path& sysfs_root = "/sys") {
+[[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(
+    int cuda_device, const std::filesystem::path& sysfs_root = "/sys") {
   return rdma_device_for_gpu(pci_address_of(cuda_device), sysfs_root);
 }
 #endif
