@@ -93,8 +93,8 @@ public:
   //! flow-control credit, like a message.
   template <class U, rights R>
     requires(has(R, rights::write))
-  [[nodiscard]] operation notify(remote_window<U, R>& w, local_span<const U> src, std::size_t offset,
-                                 std::uint32_t tag) noexcept {
+  [[nodiscard]] operation notify(remote_window<U, R>& w, std::type_identity_t<local_span<const U>> src,
+                                 std::size_t offset, std::uint32_t tag) noexcept {
     return operation(operation::start_tag{}, *conn_, [&](operation& op) {
       if (&w.conn() != conn_) return conn_->fail_now(op, make_error_code(errc::invalid_argument));
       if (std::error_code ec = w.check(offset, src.size())) return conn_->fail_now(op, ec);
