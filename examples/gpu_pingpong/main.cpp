@@ -8,6 +8,7 @@
 // program says so and runs the GPU halves alone (fill, stage out, stage in,
 // check, both ways) with a host copy standing in for the RDMA write.
 #include <rdx/cuda/check.hpp>
+#include <rdx/cuda/gpu_region.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/probe.hpp>
 #include <rdx/cuda/register.hpp>
@@ -405,14 +406,13 @@ int run_network(const options& o) {
 
   // Can this side register GPU memory? Try it on a small buffer, unless staged
   // is forced; the real buffers are registered once the sizes are agreed.
-  bool can_register = false;
+  rdx::cuda::gpu_path direct_path = rdx::cuda::gpu_path::staged;
   if (o.path != "staged") {
     try {
       rdx::cuda::device_buffer<std::byte> probe_buf(2u << 20);
-      const auto mr = rdx::cuda::register_memory(l.pd, probe_buf, rdx::access::local_write);
+      direct_path = rdx::cuda::register_memory(l.pd, probe_buf, rdx::access::local_write).path;
       std::printf("gpu_pingpong: GPU memory registers through %s\n",
-                  std::string(rdx::cuda::to_string(mr.path)).c_str());
-      can_register = true;
+                  std::string(rdx::cuda::to_string(direct_path)).c_str());
     } catch (const rdx::error& e) {
       std::printf("gpu_pingpong: GPU memory does not register here, so staged: %s\n", e.what());
     }
@@ -424,7 +424,7 @@ int run_network(const options& o) {
   mine.warmup = static_cast<std::uint32_t>(o.warmup);
   mine.chunk = o.chunk;
   mine.depth = static_cast<std::uint32_t>(o.depth);
-  mine.path = can_register ? path_direct : path_staged;
+  mine.path = direct_path != rdx::cuda::gpu_path::staged ? path_direct : path_staged;
   const settings peer = exchange_settings(sock, mine, timeout);
   const settings& lead = client ? mine : peer;
   const std::uint32_t path = agree_path(client ? mine : peer, client ? peer : mine);
@@ -437,20 +437,22 @@ int run_network(const options& o) {
   rdx::cuda::stream s;
   const std::uint32_t depth = lead.depth;
 
-  std::optional<rdx::cuda::gpu_memory_region> src_mr, dst_mr;
-  std::optional<rdx::cuda::staging_pipeline> pipe;
-  std::optional<rdx::memory_region> bounce_mr;
-  std::vector<rdx::remote_descriptor> mine_desc;
+  // dst is what the peer writes to: the GPU memory itself (direct) or the
+  // bounce buffers of its staging pipeline; gpu_region says which.
   const auto rights = rdx::access::local_write | rdx::access::remote_write;
-  if (path == path_direct) {
-    src_mr.emplace(rdx::cuda::register_memory(l.pd, src, rdx::access::local_write));
-    dst_mr.emplace(rdx::cuda::register_memory(l.pd, dst, rights));
-    mine_desc.push_back(dst_mr->region.remote());
-    std::printf("gpu_pingpong: path direct (%s)\n", std::string(rdx::cuda::to_string(dst_mr->path)).c_str());
+  auto dst_region = rdx::cuda::make_gpu_region(
+      l.pd, dst, rights, path == path_direct ? direct_path : rdx::cuda::gpu_path::staged,
+      rdx::cuda::staging_options{.chunk_bytes = lead.chunk, .depth = depth, .device = o.gpu});
+  // The direct path writes from src, registered the same way.
+  std::optional<rdx::cuda::gpu_memory_region> src_mr;
+  if (dst_region.direct())
+    src_mr.emplace(rdx::cuda::register_memory(l.pd, src, rdx::access::local_write, direct_path));
+  rdx::cuda::staging_pipeline* pipe = dst_region.pipeline();
+  const std::vector<rdx::remote_descriptor> mine_desc{dst_region.remote()};
+  if (dst_region.direct()) {
+    std::printf("gpu_pingpong: path direct (%s)\n",
+                std::string(rdx::cuda::to_string(dst_region.path())).c_str());
   } else {
-    pipe.emplace(rdx::cuda::staging_options{.chunk_bytes = lead.chunk, .depth = depth, .device = o.gpu});
-    bounce_mr.emplace(l.pd, pipe->bounce_buffers(), rights);
-    mine_desc.push_back(bounce_mr->remote());
     std::printf("gpu_pingpong: path staged (%zu KiB chunks, %u bounce buffers)\n",
                 static_cast<std::size_t>(lead.chunk >> 10), depth);
   }
@@ -478,7 +480,7 @@ int run_network(const options& o) {
           throw failure("this GPU needs an RDMA read to flush GPUDirect writes; use --path staged");
       }
     } else if (sending) {
-      staged_send(l, *pipe, *bounce_mr, peer_mem, from, size);
+      staged_send(l, *pipe, dst_region.region(), peer_mem, from, size);
     } else {
       staged_receive(l, *pipe, to, size);
     }

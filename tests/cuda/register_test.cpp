@@ -1,5 +1,6 @@
 // register_memory over GPU memory: needs a GPU and an RDMA device on one
 // machine (skips, exit 77, elsewhere).
+#include <rdx/cuda/gpu_region.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/probe.hpp>
 #include <rdx/cuda/register.hpp>
@@ -72,4 +73,32 @@ TEST_CASE("register_memory refuses what it cannot register, saying why", "[cuda]
   REQUIRE_THROWS_WITH(rdx::cuda::register_memory(pd, buf.data() + 4096, buf.size_bytes(),
                                                  rdx::access::local_write, rdx::cuda::gpu_path::dma_buf),
                       Catch::Contains("dma-buf"));
+}
+
+TEST_CASE("gpu_region registers GPU memory directly, or stages it, and says which", "[cuda]") {
+  auto ctx = open_for_gpu0();
+  rdx::protection_domain pd(ctx);
+  const auto report = rdx::cuda::probe_gpudirect(0, ctx.native_handle());
+  rdx::cuda::device_buffer<std::byte> buf(8u << 20);
+  const auto rights = rdx::access::local_write | rdx::access::remote_write;
+
+  auto staged =
+      rdx::cuda::make_gpu_region(pd, buf, rights, rdx::cuda::gpu_path::staged, {.chunk_bytes = 1u << 20});
+  REQUIRE(staged.path() == rdx::cuda::gpu_path::staged);
+  REQUIRE_FALSE(staged.direct());
+  REQUIRE(staged.pipeline() != nullptr);
+  REQUIRE(staged.region().addr() == static_cast<void*>(staged.pipeline()->bounce_buffers().data()));
+  REQUIRE(staged.region().length() == 2 * (1u << 20));
+  REQUIRE(staged.remote().length == 2 * (1u << 20));
+
+  auto chosen = rdx::cuda::make_gpu_region(pd, buf, rights);
+  if (report.best_path() == rdx::cuda::gpu_path::staged) {
+    REQUIRE(chosen.path() == rdx::cuda::gpu_path::staged);
+    REQUIRE_FALSE(chosen.why_staged().empty());
+  } else {
+    REQUIRE(chosen.direct());
+    REQUIRE(chosen.pipeline() == nullptr);
+    REQUIRE(chosen.region().addr() == static_cast<void*>(buf.data()));
+    REQUIRE(chosen.why_staged().empty());
+  }
 }
