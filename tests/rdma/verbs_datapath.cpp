@@ -8,6 +8,7 @@
 #include <new>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <numeric>
 
 using rdx_test::loopback;
@@ -418,16 +419,27 @@ TEST_CASE("a type 2 memory window binds and is invalidated by work requests") {
 }
 
 // Counts C++ heap allocations (operator new) made by the measured loop below.
+// Not under AddressSanitizer, which owns operator new itself.
 namespace {
 std::atomic<long> g_news{0};
 }  // namespace
+#if !defined(__SANITIZE_ADDRESS__)
+#define RDX_TEST_COUNTS_NEW 1
 void* operator new(std::size_t n) {
+  g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
   g_news.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#endif
 
 TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors") {
   loopback lb;
@@ -453,9 +465,22 @@ TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors
     }
   };
   for (int i = 0; i < 5; ++i) round();  // warm-up
+#ifdef RDX_TEST_COUNTS_NEW
+  {  // the counter sees allocations at all
+    long c0 = g_news.load();
+    auto probe = std::make_unique<std::array<char, 64>>();
+    asm volatile("" : : "r"(probe.get()) : "memory");
+    REQUIRE(g_news.load() == c0 + 1);
+  }
+#endif
   long before = g_news.load();
   for (int i = 0; i < 200; ++i) round();
   long allocations = g_news.load() - before;
   CHECK_FALSE(failed);
+#ifdef RDX_TEST_COUNTS_NEW
   CHECK(allocations == 0);
+#else
+  (void)allocations;
+  WARN("allocation count not checked under AddressSanitizer");
+#endif
 }
