@@ -26,6 +26,7 @@ struct options {
   std::vector<std::size_t> sizes{8, 256, 4096, 65536, 1 << 20};
   std::vector<unsigned> depths{1, 64};
   std::size_t depth64_max = 65536;      // largest size measured at depth 64
+  std::size_t stripe_min = 65536;       // smallest size measured striped over 2 queue pairs
   std::uint64_t bw_bytes = 4 << 20;     // bytes per bandwidth run, before the bounds below
   std::uint64_t bw_max_msgs = 2000;
   std::uint64_t lat_bytes = 16 << 20;   // bytes per latency run, before the bounds below
@@ -98,6 +99,7 @@ void parse_options(int& argc, char** argv) {
         l.remove_prefix(comma + 1);
       }
     } else if (auto v = value("--rdx_depth64_max")) opt.depth64_max = parse_u64("--rdx_depth64_max", *v);
+    else if (auto v = value("--rdx_stripe_min")) opt.stripe_min = parse_u64("--rdx_stripe_min", *v);
     else if (auto v = value("--rdx_bw_bytes")) opt.bw_bytes = parse_u64("--rdx_bw_bytes", *v);
     else if (auto v = value("--rdx_bw_max_msgs")) opt.bw_max_msgs = parse_u64("--rdx_bw_max_msgs", *v);
     else if (auto v = value("--rdx_lat_bytes")) opt.lat_bytes = parse_u64("--rdx_lat_bytes", *v);
@@ -111,6 +113,7 @@ void parse_options(int& argc, char** argv) {
           "  --rdx_sizes=LIST|default|all  message sizes, powers of two 8..8M (e.g. 8,4K,1M); env RDX_BENCH_SIZES\n"
           "  --rdx_depths=LIST             bandwidth queue depths (default 1,64)\n"
           "  --rdx_depth64_max=BYTES       largest size measured at depths above 1 (default 65536)\n"
+          "  --rdx_stripe_min=BYTES        smallest size measured striped over 2 queue pairs (default 65536)\n"
           "  --rdx_bw_bytes=N --rdx_bw_max_msgs=N   bytes and message cap per bandwidth run\n"
           "  --rdx_lat_bytes=N --rdx_lat_iters=N    bytes and iteration cap per latency run\n"
           "  --rdx_mode=auto|loopback|twonode       auto: two nodes when RDX_PEER_ADDR is set\n"
@@ -123,6 +126,10 @@ void parse_options(int& argc, char** argv) {
   }
   argc = out;
   argv[argc] = nullptr;
+}
+
+std::size_t region_size() {
+  return std::max<std::size_t>(4096, *std::max_element(opt.sizes.begin(), opt.sizes.end()));
 }
 
 std::uint64_t bw_count(std::size_t size, unsigned depth) {
@@ -150,16 +157,15 @@ void twin(benchmark::State& state, const std::string& key, double figure) {
   }
 }
 
-template <class Api>
-void fabric_bw(benchmark::State& state, op o, std::size_t size, unsigned depth, std::string key) {
-  const std::uint64_t count = bw_count(size, depth);
+template <class Api, class Run>
+void bw_bench(benchmark::State& state, Run run, std::size_t size, unsigned depth, unsigned qps, const std::string& key) {
   try {
     for (auto _ : state) {
-      result r = run_bw<Api>(*g_fabric, o, size, depth, count);
+      result r = run();
       state.SetIterationTime(r.seconds);
       const double mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
       state.counters["MBps"] = mbps;
-      state.counters["msgs"] = static_cast<double>(count);
+      state.counters["msgs"] = static_cast<double>(r.bytes / size);
       twin<Api>(state, key, mbps);
     }
   } catch (const std::exception& e) {
@@ -167,21 +173,22 @@ void fabric_bw(benchmark::State& state, op o, std::size_t size, unsigned depth, 
   }
   state.counters["size"] = static_cast<double>(size);
   state.counters["depth"] = depth;
+  state.counters["qps"] = qps;
 }
 
-template <class Api>
-void fabric_lat(benchmark::State& state, op o, std::size_t size, std::string key) {
-  const std::uint64_t count = lat_count(size);
+template <class Api, class Run>
+void lat_bench(benchmark::State& state, Run run, std::size_t size, const std::string& key) {
   try {
     for (auto _ : state) {
-      result r = run_lat<Api>(*g_fabric, o, size, count);
+      result r = run();
       state.SetIterationTime(r.seconds);
       const double med = median(r.lat_us);
       state.counters["lat_us"] = med;
-      state.counters["lat_avg_us"] = std::accumulate(r.lat_us.begin(), r.lat_us.end(), 0.0) / static_cast<double>(count);
+      state.counters["lat_avg_us"] =
+          std::accumulate(r.lat_us.begin(), r.lat_us.end(), 0.0) / static_cast<double>(r.lat_us.size());
       state.counters["lat_min_us"] = r.lat_us.front();
       state.counters["lat_p99_us"] = r.lat_us[std::min<std::size_t>(r.lat_us.size() - 1, r.lat_us.size() * 99 / 100)];
-      state.counters["msgs"] = static_cast<double>(count);
+      state.counters["msgs"] = static_cast<double>(r.lat_us.size());
       twin<Api>(state, key, med);
     }
   } catch (const std::exception& e) {
@@ -316,14 +323,16 @@ void register_all(bool have_device) {
     return [key](benchmark::State& s) { micro_poll_empty<raw_api>(s, key); };
   }, false);
 
+  // Verbs level: rdx's queue_pair, builders and batches against plain verbs on the same queue pair.
   for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
     for (unsigned depth : opt.depths) {
       for (std::size_t size : opt.sizes) {
         if (depth > 1 && size > opt.depth64_max) continue;
         const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
-        reg_twins("fabric/" + std::string(to_string(o)), suffix, [o, size, depth](bool r, std::string key) -> fn {
-          if (r) return [=](benchmark::State& s) { fabric_bw<rdx_api>(s, o, size, depth, key); };
-          return [=](benchmark::State& s) { fabric_bw<raw_api>(s, o, size, depth, key); };
+        const std::uint64_t n = bw_count(size, depth);
+        reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
+          if (r) return [=](benchmark::State& s) { bw_bench<rdx_api>(s, [&] { return run_bw<rdx_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key); };
+          return [=](benchmark::State& s) { bw_bench<raw_api>(s, [&] { return run_bw<raw_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key); };
         }, true);
       }
     }
@@ -331,11 +340,65 @@ void register_all(bool have_device) {
   for (op o : {op::write_lat, op::read_lat, op::send_lat}) {
     for (std::size_t size : opt.sizes) {
       const std::string suffix = "/size:" + size_name(size);
-      reg_twins("fabric/" + std::string(to_string(o)), suffix, [o, size](bool r, std::string key) -> fn {
-        if (r) return [=](benchmark::State& s) { fabric_lat<rdx_api>(s, o, size, key); };
-        return [=](benchmark::State& s) { fabric_lat<raw_api>(s, o, size, key); };
+      const std::uint64_t n = lat_count(size);
+      reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
+        if (r) return [=](benchmark::State& s) { lat_bench<rdx_api>(s, [&] { return run_lat<rdx_api>(*g_fabric, o, size, n); }, size, key); };
+        return [=](benchmark::State& s) { lat_bench<raw_api>(s, [&] { return run_lat<raw_api>(*g_fabric, o, size, n); }, size, key); };
       }, true);
     }
+  }
+
+  // Typed channels: remote_window (striped over 1 or 2 queue pairs) against
+  // the same chunks posted with plain verbs on queue pairs of the same depth.
+  for (op o : {op::window_write_bw, op::window_read_bw}) {
+    for (unsigned qps : {1u, 2u}) {
+      for (unsigned depth : opt.depths) {
+        for (std::size_t size : opt.sizes) {
+          if ((depth > 1 && size > opt.depth64_max) || (qps > 1 && size < opt.stripe_min)) continue;
+          const std::string suffix =
+              "/size:" + size_name(size) + "/depth:" + std::to_string(depth) + "/qps:" + std::to_string(qps);
+          const std::uint64_t n = bw_count(size, depth);
+          reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
+            if (r) return [=](benchmark::State& s) { bw_bench<rdx_api>(s, [&] { return run_window_bw(*g_fabric, o, size, depth, n, qps); }, size, depth, qps, key); };
+            return [=](benchmark::State& s) { bw_bench<raw_api>(s, [&] { return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, n, qps); }, size, depth, qps, key); };
+          }, true);
+        }
+      }
+    }
+  }
+  for (op o : {op::window_write_lat, op::window_read_lat}) {
+    for (std::size_t size : opt.sizes) {
+      const std::string suffix = "/size:" + size_name(size);
+      const std::uint64_t n = lat_count(size);
+      reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
+        if (r) return [=](benchmark::State& s) { lat_bench<rdx_api>(s, [&] { return run_window_lat<rdx_api>(*g_fabric, o, size, n); }, size, key); };
+        return [=](benchmark::State& s) { lat_bench<raw_api>(s, [&] { return run_window_lat<raw_api>(*g_fabric, o, size, n); }, size, key); };
+      }, true);
+    }
+  }
+  // channel<std::byte> messages: their twins are the plain-verbs send_bw and
+  // send_lat runs of the same size (a channel's queue pairs carry its own
+  // receive ring, so a plain-verbs twin cannot share them).
+  const std::size_t chan_max = chan_message_size(region_size());
+  for (unsigned depth : opt.depths) {
+    for (std::size_t size : opt.sizes) {
+      if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
+      const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
+      const std::uint64_t n = bw_count(size, depth);
+      const std::string name = "fabric/chan_send_bw/rdx" + suffix;
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+        bw_bench<rdx_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1, "fabric/send_bw" + suffix);
+      })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (std::size_t size : opt.sizes) {
+    if (size > chan_max) continue;
+    const std::string suffix = "/size:" + size_name(size);
+    const std::uint64_t n = lat_count(size);
+    const std::string name = "fabric/chan_send_lat/rdx" + suffix;
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
+      lat_bench<rdx_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); }, size, "fabric/send_lat" + suffix);
+    })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   }
 }
 
@@ -349,7 +412,7 @@ int main(int argc, char** argv) {
     const char* peer = std::getenv("RDX_PEER_ADDR");
     const bool twonode = opt.mode == "twonode" || (opt.mode == "auto" && peer != nullptr && *peer != '\0');
     const char* node = std::getenv("RDX_NODE");
-    const std::size_t region = std::max<std::size_t>(4096, *std::max_element(opt.sizes.begin(), opt.sizes.end()));
+    const std::size_t region = region_size();
     if (plan_only) {
       // What bench/run_fabric.sh matches perftest runs to: same sizes, depths and counts.
       for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
@@ -382,9 +445,9 @@ int main(int argc, char** argv) {
       benchmark::AddCustomContext("rdx_device", ctx.name());
       if (twonode) {
         if (peer == nullptr || *peer == '\0') throw std::invalid_argument("--rdx_mode=twonode needs RDX_PEER_ADDR");
-        g_fabric = fabric::connect(peer, opt.port, region, 1);
+        g_fabric = fabric::connect(peer, opt.port, region, max_qps);
       } else {
-        g_fabric = fabric::loopback(region, 1);
+        g_fabric = fabric::loopback(region, max_qps);
       }
     }
     benchmark::RunSpecifiedBenchmarks();

@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""Collects one fabric run of bench/run_fabric.sh: rdx_bench's JSON (rdx and
+its plain-verbs twins) and perftest's logs. Writes figures.csv and
+figures.json (every figure), fabric.png (bandwidth and latency against message
+size) and prints the table of ratios with the targets.
+
+    /usr/bin/python3 bench/plot.py RESULTS_DIR
+
+Needs Debian's python3-matplotlib for the PNG only (run with /usr/bin/python3);
+without it the table, CSV and JSON are still written.
+"""
+import csv
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+# Targets (checked and printed, never enforced).
+RDX_RAW_LAT_MAX = 1.03
+RDX_RAW_BW_MIN = 0.97
+RDX_PT_BW_MIN = 1.00      # from PT_BW_FROM bytes up
+PT_BW_FROM = 64 * 1024
+RDX_PT_LAT_MAX = 1.05
+
+MIB = 1048576 / 1e6       # perftest's MB/sec is MiB/s; figures here are MB/s (10^6 B/s)
+
+NAME = re.compile(r"^(fabric|micro)/([a-z_]+)/(raw|rdx)(?:/size:(\d+))?(?:/depth:(\d+))?(?:/batch:(\d+))?")
+PT_FILE = re.compile(r"^([a-z]+_(?:bw|lat))_s(\d+)_d(\d+)_r(\d+)\.txt$")
+PT_BW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+PT_LAT = re.compile(r"^\s*(\d+)\s+(\d+)(\s+[\d.]+){7}\s*$")
+
+
+def to_ns(value, unit):
+    return value * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
+
+
+def load_rdx(out):
+    """(source, op, size, depth) -> list of figures; and errors."""
+    samples, errors = defaultdict(list), []
+    path = out / "rdx_bench.json"
+    if not path.exists():
+        return samples, [f"{path} missing (rdx_bench did not finish)"], {}
+    data = json.loads(path.read_text())
+    for b in data.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        m = NAME.match(b.get("run_name") or b["name"])
+        if not m:
+            continue
+        kind, what, api, size, depth, batch = m.groups()
+        if b.get("error_occurred"):
+            errors.append(f"{b['name']}: {b.get('error_message')}")
+            continue
+        if kind == "fabric":
+            value = b["MBps"] if what.endswith("_bw") else b["lat_us"]
+            key = (api, what, int(size), int(depth or 1))
+        else:
+            value = to_ns(b["real_time"], b.get("time_unit", "ns"))
+            key = (api, "micro_" + what, int(batch or 0), 0)
+        samples[key].append(value)
+    return samples, errors, data.get("context", {})
+
+
+def load_perftest(out):
+    samples, errors = defaultdict(list), []
+    folder = out / "perftest"
+    if not folder.is_dir():
+        return samples, ["perftest logs missing"]
+    for f in sorted(folder.iterdir()):
+        m = PT_FILE.match(f.name)
+        if not m:
+            continue
+        op, size, depth = m.group(1), int(m.group(2)), int(m.group(3))
+        value = None
+        for line in f.read_text(errors="replace").splitlines():
+            if op.endswith("_bw"):
+                lm = PT_BW.match(line)
+                if lm and int(lm.group(1)) == size:
+                    value = float(lm.group(4)) * MIB          # BW average
+                    break
+            else:
+                lm = PT_LAT.match(line)
+                if lm and int(lm.group(1)) == size:
+                    value = float(line.split()[4])            # t_typical (median), usec
+                    break
+        if value is None:
+            errors.append(f"perftest {f.name}: no result line")
+        else:
+            samples[("perftest", op, size, depth)].append(value)
+    return samples, errors
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def spread(values):
+    """Half the relative range of repetitions: the noise a ratio is read against."""
+    if not values or len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return (max(values) - min(values)) / (2 * med) if med else 0.0
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    out = Path(sys.argv[1])
+    rdx, rdx_err, context = load_rdx(out)
+    pt, pt_err = load_perftest(out)
+    samples = {**rdx, **pt}
+
+    # Every figure.
+    rows = []
+    for (source, op, size, depth), values in sorted(samples.items()):
+        unit = "MB/s" if op.endswith("_bw") else ("us" if op.endswith("_lat") else "ns")
+        rows.append({"source": source, "op": op, "size": size, "depth": depth, "unit": unit, **summary(values),
+                     "values": values})
+    with open(out / "figures.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["source", "op", "size", "depth", "unit", "median", "min", "max", "n"])
+        for r in rows:
+            w.writerow([r["source"], r["op"], r["size"], r["depth"], r["unit"], f"{r['median']:.6g}",
+                        f"{r['min']:.6g}", f"{r['max']:.6g}", r["n"]])
+
+    # Ratios and targets.
+    configs = sorted({(op, size, depth) for (_, op, size, depth) in samples})
+    table, misses, checked = [], [], 0
+    lines = []
+    hdr = f"{'figure':<28}{'rdx':>11}{'raw':>11}{'perftest':>11}{'rdx/raw':>9}{'noise':>7}{'rdx/pt':>8}  targets"
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for op, size, depth in configs:
+        get = lambda s: samples.get((s, op, size, depth))
+        r, w, p = get("rdx"), get("raw"), get("perftest")
+        med = lambda v: statistics.median(v) if v else None
+        mr, mw, mp = med(r), med(w), med(p)
+        rr = mr / mw if mr and mw else None
+        rp = mr / mp if mr and mp else None
+        noise = max(spread(r or []), spread(w or []))
+        bw, lat = op.endswith("_bw"), op.endswith("_lat")
+        checks = []
+
+        def check(name, ok, within_noise=False):
+            nonlocal checked
+            checked += 1
+            verdict = "ok" if ok else ("MISS~" if within_noise else "MISS")
+            checks.append(f"{name} {verdict}")
+            if not ok:
+                misses.append({"op": op, "size": size, "depth": depth, "target": name,
+                               "rdx_raw": rr, "rdx_perftest": rp, "noise": noise, "within_noise": within_noise})
+
+        if rr is not None and bw:
+            check(f"raw>={RDX_RAW_BW_MIN}", rr >= RDX_RAW_BW_MIN, rr >= 1 - noise)
+        if rr is not None and lat:
+            check(f"raw<={RDX_RAW_LAT_MAX}", rr <= RDX_RAW_LAT_MAX, rr <= 1 + noise)
+        if rp is not None and bw and size >= PT_BW_FROM:
+            check("pt>=1", rp >= RDX_PT_BW_MIN)
+        if rp is not None and lat:
+            check(f"pt<={RDX_PT_LAT_MAX}", rp <= RDX_PT_LAT_MAX)
+        unit = "MB/s" if bw else ("us" if lat else "ns")
+        name = f"{op} {size}" + (f" d{depth}" if bw else "")
+        fmt = lambda v: f"{v:11.4g}" if v is not None else f"{'-':>11}"
+        fr = lambda v: f"{v:9.3f}" if v is not None else f"{'-':>9}"
+        fp = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"
+        lines.append(f"{name:<28}{fmt(mr)}{fmt(mw)}{fmt(mp)}{fr(rr)}{noise * 100:6.1f}%{fp(rp)}  {', '.join(checks)}")
+        table.append({"op": op, "size": size, "depth": depth, "unit": unit, "rdx": mr, "raw": mw, "perftest": mp,
+                      "rdx_raw": rr, "rdx_perftest": rp, "noise": noise, "checks": checks})
+
+    print()
+    print(f"Fabric: {context.get('rdx_mode', '?')} on {context.get('rdx_device', '?')}; "
+          "bandwidth in MB/s (10^6 B/s), latency in us (median; write and send: half a round trip), micro in ns")
+    print("rdx/raw: rdx over its plain-verbs twin (same QP, same run); noise: half the relative range of the "
+          "repetitions; MISS~: missed, but within that noise")
+    print("\n".join(lines))
+    print(f"\ntargets: {checked - len(misses)} of {checked} met; {len(misses)} missed "
+          f"({sum(m['within_noise'] for m in misses)} within noise)")
+    for e in rdx_err + pt_err:
+        print("error:", e)
+
+    (out / "figures.json").write_text(json.dumps({
+        "context": context, "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else "",
+        "figures": rows, "ratios": table, "misses": misses, "errors": rdx_err + pt_err,
+        "targets": {"rdx_raw_lat_max": RDX_RAW_LAT_MAX, "rdx_raw_bw_min": RDX_RAW_BW_MIN,
+                    "rdx_perftest_bw_min": RDX_PT_BW_MIN, "perftest_bw_from": PT_BW_FROM,
+                    "rdx_perftest_lat_max": RDX_PT_LAT_MAX}}, indent=1))
+    (out / "table.txt").write_text("\n".join(lines) + "\n")
+    plot(out, samples, context)
+    return 0
+
+
+def plot(out, samples, context):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+    except ImportError:
+        print("note: matplotlib not importable (run with /usr/bin/python3): no PNG")
+        return
+    colors = {"write": "tab:blue", "read": "tab:orange", "send": "tab:green"}
+    styles = {"rdx": "-", "raw": "--", "perftest": ":"}
+    markers = {1: "o", 64: "^"}
+    fig, (ax_bw, ax_lat) = plt.subplots(1, 2, figsize=(13, 5))
+    series = defaultdict(list)
+    for (source, op, size, depth), values in samples.items():
+        if op.startswith("micro"):
+            continue
+        series[(source, op, depth)].append((size, statistics.median(values)))
+    for (source, op, depth), pts in sorted(series.items()):
+        pts.sort()
+        ax = ax_bw if op.endswith("_bw") else ax_lat
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[source], color=colors[op.split("_")[0]],
+                marker=markers.get(depth, "s"), markersize=4, linewidth=1.4 if source == "rdx" else 1.1)
+    for ax, title, ylabel in ((ax_bw, "Bandwidth", "MB/s"), (ax_lat, "Latency (median)", "us")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    handles = [Line2D([], [], color=c, label=k) for k, c in colors.items()]
+    handles += [Line2D([], [], color="black", linestyle=s, label=k) for k, s in styles.items()]
+    handles += [Line2D([], [], color="black", marker=m, linestyle="", label=f"depth {d}") for d, m in markers.items()]
+    ax_bw.legend(handles=handles, fontsize=8, ncol=3)
+    mode = context.get("rdx_mode", "?")
+    fig.suptitle(f"rdx vs plain verbs vs perftest: Soft-RoCE ({context.get('rdx_device', '?')}), {mode}, qemu TCG")
+    fig.tight_layout()
+    fig.savefig(out / "fabric.png", dpi=110)
+    print(f"wrote {out / 'fabric.png'}, {out / 'figures.csv'}, {out / 'figures.json'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

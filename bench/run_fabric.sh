@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# rdx benchmarks on a two-node Soft-RoCE fabric, side by side with plain verbs
+# and perftest, in the same VMs and the same run.
+#
+#   bench/run_fabric.sh [options] [-- extra rdx_bench arguments]
+#
+# Builds rdx_bench (Release) in build-bench, boots two VMs
+# (cmake/softroce/rdx-vm --nodes 2), runs rdx_bench (client on node 0,
+# responder on node 1), then perftest's ib_{write,read,send}_{bw,lat} at the
+# same sizes, depths and message counts, and finally bench/plot.py: one CSV
+# and one JSON of every figure, one PNG, a table of ratios and the targets.
+#
+# Options:
+#   --sizes LIST     message sizes: default, all, or a list such as 8,4K,1M
+#   --reps N         repetitions of every rdx_bench run, interleaved (default 3)
+#   --perftest-reps N  repetitions of every perftest run (default 1)
+#   --out DIR        results folder (default build-bench/fabric-results/<UTC time>)
+#   --build DIR      build folder (default build-bench)
+#   --no-build       use the existing rdx_bench
+#   --timeout S      limit for the VMs (default 3000)
+#   -h, --help       this text
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+# ----------------------------------------------------------------------------
+# Inside a VM: node 0 runs the clients, node 1 the servers, in plan order.
+if [[ "${1:-}" == "--in-vm" ]]; then
+  out=$2
+  bench=$3
+  read -r -a bench_args < "$out/rdx_bench.args"
+  dev=${RDX_DEVICE:-rxe0}
+  if [[ "$RDX_NODE" == 0 ]]; then
+    "$bench" "${bench_args[@]}" --benchmark_out="$out/rdx_bench.json" --benchmark_out_format=json \
+      --benchmark_color=false > "$out/rdx_bench.txt" 2> "$out/rdx_bench.err" || {
+        echo "rdx_bench client failed (status $?):"; cat "$out/rdx_bench.err"; exit 1; }
+    cat "$out/rdx_bench.txt"
+  else
+    "$bench" "${bench_args[@]}" > "$out/responder.txt" 2>&1 || {
+      echo "rdx_bench responder failed (status $?):"; cat "$out/responder.txt"; exit 1; }
+  fi
+
+  # perftest, one process pair per figure, a distinct port each.
+  mkdir -p "$out/perftest"
+  port=19000
+  reps=$(cat "$out/perftest.reps")
+  while read -r op size depth count; do
+    for ((rep = 0; rep < reps; rep++)); do
+      port=$((port + 1))
+      tool=ib_$op
+      args=(-d "$dev" -x 1 -F -s "$size" -n "$count" -p "$port")
+      case $op in
+        *_bw)
+          group=$(( depth / 4 )); (( group < 1 )) && group=1
+          args+=(-t "$depth" -Q "$group")
+          [[ $op == read_bw ]] && args+=(-o "$(( depth < 16 ? depth : 16 ))")
+          ;;
+      esac
+      # The same inline threshold as rdx's default (64 B) for writes and sends.
+      [[ $op != read_* ]] && args+=(-I 64)
+      log="$out/perftest/${op}_s${size}_d${depth}_r${rep}.txt"
+      if [[ "$RDX_NODE" == 0 ]]; then
+        echo "${tool} ${args[*]} $RDX_PEER_ADDR" > "$log"
+        ok=0
+        for try in $(seq 1 100); do
+          if timeout 300 "$tool" "${args[@]}" "$RDX_PEER_ADDR" >> "$log" 2>&1; then ok=1; break; fi
+          # Not listening yet (the server of this figure is still starting): try again.
+          grep -q "Couldn't connect\|Unable to open\|Failed to connect" "$log" || break
+          sleep 0.3
+        done
+        [[ $ok == 1 ]] || echo "perftest: $tool size $size depth $depth failed, see $log"
+      else
+        timeout 300 "$tool" "${args[@]}" > "$log.server" 2>&1 || echo "perftest server $tool size $size failed"
+      fi
+    done
+  done < "$out/plan.txt"
+  exit 0
+fi
+
+# ----------------------------------------------------------------------------
+# On the host.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+sizes=default
+reps=3
+ptreps=1
+out=""
+build=$root/build-bench
+do_build=1
+timeout=3000
+extra=()
+while (($#)); do
+  case $1 in
+    --sizes) sizes=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --perftest-reps) ptreps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --timeout) timeout=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "run_fabric.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$out" ]] || out=$build/fabric-results/$(date -u +%Y%m%dT%H%M%SZ)
+case $out in /tmp/*|/run/*) echo "run_fabric.sh: --out must not be under /tmp or /run (empty tmpfs inside the VMs)" >&2; exit 2 ;; esac
+
+if ((do_build)); then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRDX_WARNINGS_AS_ERRORS=ON > /dev/null
+  cmake --build "$build" --target rdx_bench
+fi
+bench=$build/bench/rdx_bench
+[[ -x "$bench" ]] || { echo "run_fabric.sh: $bench not built (is libbenchmark-dev installed?)" >&2; exit 1; }
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat; do
+  command -v $t > /dev/null || { echo "run_fabric.sh: $t not found (apt-get install perftest)" >&2; exit 1; }
+done
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+# Counts sized for two TCG VMs (about 5 to 15 MB/s, milliseconds per round trip).
+bench_args=(--rdx_sizes="$sizes" --rdx_bw_bytes=4194304 --rdx_bw_max_msgs=256 --rdx_lat_bytes=8388608
+            --rdx_lat_iters=50 --benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true
+            --benchmark_min_time=0.05 "${extra[@]}")
+echo "${bench_args[*]}" > "$out/rdx_bench.args"
+echo "$ptreps" > "$out/perftest.reps"
+"$bench" "${bench_args[@]}" --rdx_plan > "$out/plan.txt"
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "host: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo unknown)"
+  echo "rdx_bench ${bench_args[*]}"
+} > "$out/info.txt"
+echo "run_fabric.sh: $(wc -l < "$out/plan.txt") fabric figures x (raw, rdx, perftest); results in $out"
+
+self="$here/run_fabric.sh"
+# A VM that panics while booting under a loaded host ("IO-APIC + timer doesn't
+# work") leaves the other waiting; stop both and boot again (at most 3 tries).
+status=1
+for attempt in 1 2 3; do
+  : > "$out/vm.log"
+  "$root/cmake/softroce/rdx-vm" --nodes 2 --timeout "$timeout" --rw "$out" --mem 1024 \
+    --node0 "'$self' --in-vm '$out' '$bench'" --node1 "'$self' --in-vm '$out' '$bench'" >> "$out/vm.log" 2>&1 &
+  vm=$!
+  tail -n +1 -f "$out/vm.log" --pid=$vm &
+  tailer=$!
+  panicked=0
+  while kill -0 $vm 2>/dev/null; do
+    if grep -q "Kernel panic" "$out/vm.log"; then
+      panicked=1
+      # The runner's VMs die with it (parent-death signal).
+      kill $vm 2>/dev/null || true
+      break
+    fi
+    sleep 1
+  done
+  set +e
+  wait $vm
+  status=$?
+  set -e
+  wait $tailer 2>/dev/null || true
+  ((panicked)) || break
+  echo "run_fabric.sh: a VM panicked while booting (attempt $attempt); booting again" >&2
+  cp "$out/vm.log" "$out/vm-panic-$attempt.log"
+  status=125
+done
+if ((status != 0)); then
+  echo "run_fabric.sh: the VMs ended with status $status (see $out/vm.log); plotting what came back" >&2
+fi
+/usr/bin/python3 "$here/plot.py" "$out"
+exit $status
