@@ -5,16 +5,21 @@
 //   client:  pingpong [options] SERVER
 //
 // Modes: send (send/recv), write_imm (RDMA write with immediate into the
-// peer's registered ring), and --rc-compat, which speaks rdma-core's
+// peer's registered ring), --channel (rdx::channel<std::byte> messages),
+// --window (rdx::remote_window writes, completion seen by polling memory), and --rc-compat, which speaks rdma-core's
 // ibv_rc_pingpong exchange and traffic so either side may be ibv_rc_pingpong.
 #include "common.hpp"
 
 #include <rdx/connect/rc_pingpong_exchange.hpp>
+#include <rdx/channel/channel.hpp>
+#include <rdx/channel/exchange.hpp>
+#include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -29,9 +34,17 @@ namespace {
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-enum class mode : std::uint32_t { send = 1, write_imm = 2 };
+enum class mode : std::uint32_t { send = 1, write_imm = 2, channel = 3, window = 4 };
 
-const char* mode_name(mode m) { return m == mode::send ? "send" : "write_imm"; }
+const char* mode_name(mode m) {
+  switch (m) {
+    case mode::send: return "send";
+    case mode::write_imm: return "write_imm";
+    case mode::channel: return "channel";
+    case mode::window: return "window";
+  }
+  return "?";
+}
 
 struct options {
   std::string server;  // empty: act as the server
@@ -45,6 +58,7 @@ struct options {
   mode m = mode::send;
   bool rc_compat = false;
   std::chrono::seconds timeout{30};
+  std::optional<std::uint32_t> corrupt_round;  // testing: damage one payload on purpose
 };
 
 void usage(const char* argv0) {
@@ -69,14 +83,24 @@ void usage(const char* argv0) {
       "  -p, --port PORT        TCP port of the endpoint exchange (default 18515)\n"
       "  -m, --mtu BYTES        largest path MTU: 256 to 4096 (default 4096; with\n"
       "                         --rc-compat 1024, as ibv_rc_pingpong)\n"
-      "      --mode MODE        send (send/recv, default) or write_imm (RDMA write\n"
-      "                         with immediate into the peer's registered buffer)\n"
+      "      --mode MODE        send (send/recv, default), write_imm (RDMA write\n"
+      "                         with immediate into the peer's registered buffer),\n"
+      "                         channel or window (below)\n"
+      "      --channel          the same as --mode channel: rdx::channel<std::byte>\n"
+      "                         messages (flow-controlled send/recv, SIZE <= 64K)\n"
+      "      --window           the same as --mode window: rdx::remote_window writes\n"
+      "                         of SIZE bytes plus a sequence word; each side polls\n"
+      "                         its own memory for the peer's write\n"
       "      --rc-compat        interoperate with rdma-core's ibv_rc_pingpong: its TCP\n"
       "                         exchange and its traffic (send mode). Run it with the\n"
       "                         same -s and -n, with -g GID_INDEX on RoCE, and with -c\n"
       "                         so that it fills and checks its payload\n"
       "  -t, --timeout SEC      limit for connecting and for each completion (default 30)\n"
       "  -h, --help             this text\n"
+      "\n"
+      "Testing:\n"
+      "      --corrupt-round K  (client) flip one byte of the payload sent in round\n"
+      "                         trip K, to see both sides catch it and fail\n"
       "\n"
       "Exit status: 0 when every round trip completed with the right payload, 1 on\n"
       "any failure, 2 for a usage error.\n"
@@ -118,9 +142,17 @@ options parse_options(int argc, char** argv, bool& help) {
     } else if (r.match({"--mode"}, &v)) {
       if (v == "send") o.m = mode::send;
       else if (v == "write_imm") o.m = mode::write_imm;
-      else throw examples::usage_error("--mode " + v + ": expected send or write_imm");
+      else if (v == "channel") o.m = mode::channel;
+      else if (v == "window") o.m = mode::window;
+      else throw examples::usage_error("--mode " + v + ": expected send, write_imm, channel or window");
+    } else if (r.match({"--channel"})) {
+      o.m = mode::channel;
+    } else if (r.match({"--window"})) {
+      o.m = mode::window;
     } else if (r.match({"--rc-compat"})) {
       o.rc_compat = true;
+    } else if (r.match({"--corrupt-round"}, &v)) {
+      o.corrupt_round = static_cast<std::uint32_t>(examples::parse_number("--corrupt-round", v, 0, 100000000));
     } else if (r.match({"-t", "--timeout"}, &v)) {
       o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
     } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
@@ -132,6 +164,8 @@ options parse_options(int argc, char** argv, bool& help) {
   }
   if (o.rc_compat && o.m != mode::send)
     throw examples::usage_error("--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
+  if (o.m == mode::channel && o.size > 64 * 1024)
+    throw examples::usage_error("--channel carries messages of up to 64K: use a smaller --size");
   return o;
 }
 
@@ -221,7 +255,7 @@ settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std:
   peer.seed = static_cast<std::uint32_t>(get_be(in + 20, 4));
   std::string diff;
   auto mode_text = [](std::uint32_t m) {
-    return m == 1 ? std::string("send") : m == 2 ? std::string("write_imm") : "mode " + std::to_string(m);
+    return m >= 1 && m <= 4 ? std::string(mode_name(static_cast<mode>(m))) : "mode " + std::to_string(m);
   };
   if (peer.mode != mine.mode) diff += " --mode " + mode_text(mine.mode) + " here, " + mode_text(peer.mode) + " there;";
   if (peer.size != mine.size)
@@ -426,6 +460,7 @@ int run_native(const options& o) {
     std::byte* slot_mem = r.ring.data() + slot * o.size;
     if (client) {
       fill_pattern(r.send_buf.data(), o.size, k, seed);
+      if (o.corrupt_round == k) r.send_buf[o.size / 2] ^= std::byte{0x5a};
       const auto t0 = steady::now();
       post_echo_or_ping(r, o, peer_ring, r.send_buf.sge(), k);
       const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
@@ -494,6 +529,7 @@ int run_rc_compat(const options& o) {
     std::byte* slot_mem = r.ring.data() + slot * o.size;
     if (client) {
       fill_rc(r.send_buf.data(), o.size, true);
+      if (o.corrupt_round == k) r.send_buf[o.size / 2] ^= std::byte{0x5a};
       const auto t0 = steady::now();
       post_echo_or_ping(r, o, {}, r.send_buf.sge(), k);
       const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
@@ -532,6 +568,141 @@ int run_rc_compat(const options& o) {
   return 0;
 }
 
+// --- typed modes over rdx::connection: --channel and --window -------------------
+
+// --channel: rdx::channel<std::byte> messages of SIZE bytes, echoed.
+// --window: each side grants a window of SIZE bytes plus a sequence word; a
+// round trip is one rdx::remote_window write of payload and sequence, seen by
+// the other side polling its own memory (the sequence word is written last:
+// one RDMA write places its bytes in order on rxe and on the NICs rdx targets).
+int run_typed(const options& o) {
+  rdx::context ctx = examples::open_device(o.device);
+  rdx::protection_domain pd(ctx);
+  const bool client = !o.server.empty();
+  const bool window = o.m == mode::window;
+  rdx::connection conn(pd, rdx::connection_attr{.recv_depth = 16,
+                                                .message_size = window ? 64u : static_cast<std::uint32_t>(o.size),
+                                                .port = o.ib_port,
+                                                .gid_index = o.gid_index});
+  const std::size_t words = (o.size + 7) / 8 + 1;  // payload, then the sequence word
+  auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
+  const rdx::grant<std::uint64_t, rdx::rights::write> g(mine);
+  rdx::registered_buffer<std::uint64_t> out(pd, words);
+  std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m), ctx.name().c_str(),
+              conn.qp(0).port());
+  std::printf("  local address:  %s\n", rdx::to_string(conn.qp(0).local_endpoint()).c_str());
+
+  rdx::tcp::socket sock;
+  if (client) {
+    sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
+  } else {
+    auto l = rdx::tcp::listener::bind("", o.tcp_port);
+    std::printf("  waiting for a client on TCP port %u\n", l.port());
+    std::fflush(stdout);
+    sock = l.accept(o.timeout);
+  }
+  settings mine_settings{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
+  if (client) rdx::detail::os_random(&mine_settings.seed, sizeof mine_settings.seed);
+  const settings peer = exchange_settings(sock, mine_settings, o.timeout);
+  const std::uint32_t seed = client ? mine_settings.seed : peer.seed;
+  const rdx::window_descriptor grants[] = {g.descriptor()};
+  const rdx::peer_offer offer = rdx::exchange_and_connect(
+      sock, conn, window ? std::span<const rdx::window_descriptor>(grants) : std::span<const rdx::window_descriptor>(),
+      o.timeout, connect_opts(o));
+  std::printf("  remote address: %s (%s), %u queue pair(s)\n", rdx::to_string(offer.info.endpoints[0]).c_str(),
+              sock.peer().c_str(), conn.queue_pair_count());
+  std::optional<rdx::remote_window<std::uint64_t, rdx::rights::write>> peer_win;
+  if (window) {
+    if (offer.windows.size() != 1)
+      throw failure("the peer granted " + std::to_string(offer.windows.size()) + " windows, --window needs 1");
+    peer_win.emplace(conn, offer.windows[0]);
+    if (peer_win->size() < words)
+      throw failure("the peer's window of " + std::to_string(peer_win->size()) + " words is smaller than " +
+                    std::to_string(words));
+  }
+  rdx::channel<std::byte> ch(conn);
+  std::vector<std::byte> msg(o.size), echo(o.size);
+  std::fflush(stdout);
+
+  auto check_op = [&](rdx::operation& op, const char* what, std::uint32_t k) {
+    const std::error_code ec = op.wait(o.timeout);
+    if (ec == rdx::errc::timed_out)
+      throw failure("round trip " + std::to_string(k) + ": no " + what + " completion within " +
+                    std::to_string(o.timeout.count()) + " s (has the peer stopped? see its output)");
+    if (ec) throw failure("round trip " + std::to_string(k) + ": " + what + " failed: " + ec.message());
+  };
+  // Polls the sequence word of this side's window until the peer's write of round k lands.
+  auto await_seq = [&](std::uint32_t k) {
+    const auto deadline = steady::now() + o.timeout;
+    std::atomic_ref<std::uint64_t> seq(mine[words - 1]);
+    unsigned spins = 0;
+    while (seq.load(std::memory_order_acquire) != std::uint64_t{k} + 1) {
+      if (++spins % 256 == 0) {
+        conn.progress();
+        if (steady::now() > deadline)
+          throw failure("round trip " + std::to_string(k) + ": the peer's write did not arrive within " +
+                        std::to_string(o.timeout.count()) + " s");
+      }
+    }
+  };
+  auto* mine_bytes = reinterpret_cast<std::byte*>(mine.data());
+  auto* out_bytes = reinterpret_cast<std::byte*>(out.data());
+
+  run_stats st;
+  st.rtt_us.reserve(o.iters);
+  const auto loop_start = steady::now();
+  for (std::uint32_t k = 0; k < o.iters; ++k) {
+    if (window && client) {
+      fill_pattern(out_bytes, o.size, k, seed);
+      out[words - 1] = std::uint64_t{k} + 1;
+      const auto t0 = steady::now();
+      auto w = peer_win->write(out, 0);
+      await_seq(k);
+      const auto t1 = steady::now();
+      check_op(w, "window write", k);
+      st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      check_payload(mine_bytes, o, k, seed, "the echo");
+    } else if (window) {
+      await_seq(k);
+      // Checked before the echo: once echoed, the client writes the next round here.
+      check_payload(mine_bytes, o, k, seed, "the payload");
+      // Echo straight from the window: its memory is registered, so it is a source too.
+      auto w = peer_win->write(g.local(), 0);
+      check_op(w, "window write", k);
+    } else if (client) {
+      fill_pattern(msg.data(), o.size, k, seed);
+      const auto t0 = steady::now();
+      auto s = ch.send(std::span<const std::byte>(msg));
+      auto r = ch.receive(std::span<std::byte>(echo));
+      check_op(r, "channel receive", k);
+      const auto t1 = steady::now();
+      check_op(s, "channel send", k);
+      st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (r.byte_count() != o.size)
+        throw failure("round trip " + std::to_string(k) + ": " + std::to_string(r.byte_count()) +
+                      " bytes arrived, expected " + std::to_string(o.size));
+      check_payload(echo.data(), o, k, seed, "the echo");
+    } else {
+      auto r = ch.receive(std::span<std::byte>(echo));
+      check_op(r, "channel receive", k);
+      auto s = ch.send(std::span<const std::byte>(echo.data(), r.byte_count()));
+      check_op(s, "channel send", k);
+      if (r.byte_count() != o.size)
+        throw failure("round trip " + std::to_string(k) + ": " + std::to_string(r.byte_count()) +
+                      " bytes arrived, expected " + std::to_string(o.size));
+      check_payload(echo.data(), o, k, seed, "the payload");
+    }
+  }
+  st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
+  rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QPs go
+  if (client) {
+    print_stats(o, st, mode_name(o.m));
+  } else {
+    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size, mode_name(o.m));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -549,6 +720,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.m == mode::channel || o.m == mode::window) return run_typed(o);
     return o.rc_compat ? run_rc_compat(o) : run_native(o);
   } catch (const rdx::error& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());

@@ -1,0 +1,37 @@
+# Two-node tests of channels and windows (included from
+# tests/twonode/CMakeLists.txt). Node 0 serves, node 1 connects; every
+# payload is checked on both sides.
+add_executable(channel_peer ${CMAKE_CURRENT_LIST_DIR}/channel_peer.cpp)
+target_link_libraries(channel_peer PRIVATE rdx::rdx rdx_warnings)
+
+# Windows (write, read, fetch_add, compare_swap), messages and notifications,
+# striped over K = 1, 2 and 4 queue pairs.
+rdx_add_twonode_test(NAME channel_twonode TIMEOUT 600
+  NODE0 $<TARGET_FILE:channel_peer>
+  NODE1 $<TARGET_FILE:channel_peer>)
+
+if(RDX_BUILD_EXAMPLES)
+  set(_pp $<TARGET_FILE:pingpong>)
+  set(_kv $<TARGET_FILE:kv_window>)
+  rdx_add_twonode_test(NAME channel_pingpong_channel TIMEOUT 300
+    NODE0 ${_pp} --channel -s 64 -n 100
+    NODE1 ${_pp} --channel -s 64 -n 100 $RDX_PEER_ADDR)
+  rdx_add_twonode_test(NAME channel_pingpong_channel_4k TIMEOUT 300
+    NODE0 ${_pp} --channel -s 4096 -n 50
+    NODE1 ${_pp} --channel -s 4096 -n 50 $RDX_PEER_ADDR)
+  rdx_add_twonode_test(NAME channel_pingpong_window TIMEOUT 300
+    NODE0 ${_pp} --window -s 64 -n 100
+    NODE1 ${_pp} --window -s 64 -n 100 $RDX_PEER_ADDR)
+  rdx_add_twonode_test(NAME channel_pingpong_window_64k TIMEOUT 300
+    NODE0 ${_pp} --window -s 64K -n 20
+    NODE1 ${_pp} --window -s 64K -n 20 $RDX_PEER_ADDR)
+  rdx_add_twonode_test(NAME channel_kv_window TIMEOUT 300
+    NODE0 ${_kv} -n 64
+    NODE1 ${_kv} -n 64 $RDX_PEER_ADDR)
+  # 20000 records (1.25 MiB): the table reads stripe over 4 queue pairs.
+  rdx_add_twonode_test(NAME channel_kv_window_striped TIMEOUT 300
+    NODE0 ${_kv} -n 20000 -k 4
+    NODE1 ${_kv} -n 20000 -k 4 $RDX_PEER_ADDR)
+  add_test(NAME channel_kv_window_help COMMAND ${_kv} --help)
+  set_tests_properties(channel_kv_window_help PROPERTIES LABELS unit)
+endif()
