@@ -32,10 +32,10 @@ rdx_add_twonode_test(NAME examples_pingpong_rdx_client_ibv_server TIMEOUT 300
   NODE0 ${_ibv} -d $RDX_DEVICE -g 1 -c -n ${_n}
   NODE1 ${_pp} --rc-compat -n ${_n} $RDX_PEER_ADDR)
 
-# ibv_rc_pingpong client, rdx server.
+# ibv_rc_pingpong client, rdx server; a size that is not a whole number of pages.
 rdx_add_twonode_test(NAME examples_pingpong_ibv_client_rdx_server TIMEOUT 300
-  NODE0 ${_pp} --rc-compat -n ${_n}
-  NODE1 ${_ibv} -d $RDX_DEVICE -g 1 -c -n ${_n} $RDX_PEER_ADDR)
+  NODE0 ${_pp} --rc-compat -s 10000 -n ${_n}
+  NODE1 ${_ibv} -d $RDX_DEVICE -g 1 -c -s 10000 -n ${_n} $RDX_PEER_ADDR)
 
 # Both sides refuse mismatched settings with a message naming them, before any traffic.
 rdx_add_twonode_test(NAME examples_pingpong_settings_mismatch TIMEOUT 300
@@ -59,3 +59,10 @@ add_test(NAME examples_pingpong_bad_size COMMAND ${_fail} 2 "--size 0: expected 
 add_test(NAME examples_pingpong_rc_compat_write_imm COMMAND ${_fail} 2 "--rc-compat .*send/recv" ${_pp} --rc-compat --mode write_imm)
 set_tests_properties(examples_pingpong_help examples_devinfo_help examples_pingpong_bad_option
   examples_pingpong_bad_size examples_pingpong_rc_compat_write_imm PROPERTIES LABELS unit)
+
+# A damaged payload is caught: the client flips one byte of round trip 3; the
+# server names the byte, and the client sees the damaged echo.
+rdx_add_twonode_test(NAME examples_pingpong_detects_corruption TIMEOUT 300
+  NODE0 ${_fail} 1 "'FAILED: the payload of round trip 3 is wrong at byte 2048'" ${_pp} -n 10
+  NODE1 ${_fail} 1 "'FAILED: (the echo of round trip 3 is wrong at byte 2048|round trip [34]: no receive completion)'"
+        ${_pp} -n 10 -t 10 --corrupt-round 3 $RDX_PEER_ADDR)
