@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# rdx quick start, for a fresh Debian 12 machine (as root, or with sudo).
+#
+#   sudo scripts/quickstart.sh pingpong   install what is missing, build, and run
+#                                         the two-node host-memory ping-pong
+#   sudo scripts/quickstart.sh test       install what is missing, build, and run
+#                                         the whole test suite with a summary
+#
+# Both install only the Debian packages that are missing, configure and build
+# the release preset (build/release), and use the machine's RDMA device when it
+# has one, else Soft-RoCE VMs (cmake/softroce/rdx-vm; the kernel package is
+# downloaded once into ${RDX_SOFTROCE_CACHE:-~/.cache/rdx-softroce}).
+#
+# Environment:
+#   RDX_PINGPONG   auto (default: rdx's examples/pingpong once built, else
+#                  rdma-core's ibv_rc_pingpong), rdx, or ibv_rc_pingpong
+#   RDX_ITERS      ping-pong round trips (default 1000)
+#   RDX_SIZE       ping-pong message size in bytes (default 4096)
+#   RDX_DEVICE     use this RDMA device natively
+#   RDX_NO_INSTALL=1  install nothing (fail if something is missing)
+#   JOBS           build and test parallelism (default: nproc)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
+PRESET=release
+BUILD="$ROOT/build/$PRESET"
+JOBS="${JOBS:-$(nproc)}"
+RDX_VM="$ROOT/cmake/softroce/rdx-vm"
+
+# Everything the build, the tests and the Soft-RoCE VMs need.
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib
+  libibverbs-dev librdmacm-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
+  qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
+)
+
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+log() { printf '\n==> %s\n' "$*"; }
+t0=$SECONDS
+phase_start=$SECONDS
+timings=()
+phase_done() {
+  timings+=("$(printf '%-10s %4ds' "$1" $((SECONDS - phase_start)))")
+  phase_start=$SECONDS
+}
+
+native_device() {
+  if [[ -n "${RDX_DEVICE:-}" ]]; then
+    echo "$RDX_DEVICE"
+  else
+    ls /sys/class/infiniband 2>/dev/null | head -n 1
+  fi
+}
+
+# ------------------------------------------------------------------ set-up --
+install_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "all ${#PACKAGES[@]} Debian packages are installed"
+    return 0
+  fi
+  if [[ "${RDX_NO_INSTALL:-0}" == 1 ]]; then
+    echo "missing Debian packages: ${missing[*]}" >&2
+    exit 1
+  fi
+  if ((EUID != 0)); then
+    echo "missing Debian packages: ${missing[*]}" >&2
+    echo "run as root: sudo $0 ${cmd}" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt_updated=1
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The VMs' kernel: downloaded once, then cached with the initramfs.
+prepare_vm() {
+  if ! "$RDX_VM" --prepare >/dev/null 2>"$BUILD.vm-prepare.log"; then
+    if ((EUID == 0)) && [[ "${apt_updated:-0}" == 0 ]]; then
+      # The package lists may be old or absent: refresh them once and retry.
+      apt-get update -qq
+      apt_updated=1
+      "$RDX_VM" --prepare >/dev/null 2>"$BUILD.vm-prepare.log" || { cat "$BUILD.vm-prepare.log" >&2; exit 1; }
+    else
+      cat "$BUILD.vm-prepare.log" >&2
+      exit 1
+    fi
+  fi
+  grep -v '^$' "$BUILD.vm-prepare.log" || true
+  rm -f "$BUILD.vm-prepare.log"
+  echo "Soft-RoCE VM kernel and initramfs ready"
+}
+
+configure_and_build() {
+  cd "$ROOT"
+  cmake --preset "$PRESET" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
+  grep -E '^-- rdx:' "$BUILD.configure.log" || true
+  cmake --build --preset "$PRESET" -j "$JOBS" -- -k 0 >"$BUILD.build.log" 2>&1 ||
+    { tail -n 60 "$BUILD.build.log" >&2; echo "build failed; full log: $BUILD.build.log" >&2; exit 1; }
+  echo "built $(grep -c '^\[' "$BUILD.build.log" || true) steps into build/$PRESET (log: build/$PRESET.build.log)"
+}
+
+# Hands the build back to the user who ran sudo.
+give_back_build() {
+  if [[ -n "${SUDO_UID:-}" && -d "$BUILD" ]]; then
+    chown -R "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$ROOT/build" 2>/dev/null || true
+  fi
+}
+
+setup() {
+  log "Debian packages"
+  install_packages
+  phase_done install
+  mkdir -p "$ROOT/build"
+  if [[ "$1" == test || -z "$(native_device)" ]]; then
+    log "Soft-RoCE VMs"
+    prepare_vm
+    phase_done vm-kernel
+  fi
+  log "configure and build (preset $PRESET)"
+  configure_and_build
+  phase_done build
+}
+
+# ---------------------------------------------------------------- pingpong --
+pingpong() {
+  local iters="${RDX_ITERS:-1000}" size="${RDX_SIZE:-4096}" which="${RDX_PINGPONG:-auto}"
+  local example="$BUILD/examples/pingpong" server client out dev
+  if [[ "$which" == auto ]]; then
+    if [[ -x "$example" ]]; then which=rdx; else which=ibv_rc_pingpong; fi
+  fi
+  case "$which" in
+    rdx)
+      server="$(printf '%q' "$example") -s $size -n $iters -p 18515"
+      client="$server \$RDX_PEER_ADDR"
+      ;;
+    ibv_rc_pingpong)
+      # -g: the GID index (rxe: 1, the RoCE v2 IPv4-mapped GID).
+      server="ibv_rc_pingpong -d \$RDX_DEVICE -g \${RDX_GID_INDEX:-1} -s $size -n $iters -p 18515"
+      # Its client does not retry: wait until the server listens.
+      client="for i in \$(seq 100); do $server \$RDX_PEER_ADDR && exit 0; sleep 0.3; done; exit 1"
+      ;;
+    *) echo "RDX_PINGPONG must be auto, rdx or ibv_rc_pingpong" >&2; exit 2 ;;
+  esac
+  out="$BUILD/pingpong.log"
+  dev="$(native_device)"
+  if [[ -n "$dev" ]]; then
+    log "ping-pong ($which) on the RDMA device $dev, server and client on this machine"
+    export RDX_DEVICE="$dev" RDX_PEER_ADDR=127.0.0.1
+    if [[ "$which" == ibv_rc_pingpong && -z "${RDX_GID_INDEX:-}" ]]; then
+      RDX_GID_INDEX="$(roce_v2_ipv4_gid "$dev")"
+      export RDX_GID_INDEX
+    fi
+    (bash -c "$server" 2>&1 | sed -u 's/^/[server] /') &
+    local spid=$!
+    bash -c "$client" 2>&1 | sed -u 's/^/[client] /' | tee "$out"
+    wait "$spid"
+  else
+    log "ping-pong ($which) between two Soft-RoCE VMs (qemu, TCG: expect milliseconds, not microseconds)"
+    "$RDX_VM" --nodes 2 --timeout 600 --node0 "$server" --node1 "$client" 2>&1 | tee "$out"
+  fi
+  phase_done pingpong
+  log "result"
+  if [[ "$which" == ibv_rc_pingpong ]]; then
+    # "N iters in S seconds = U usec/iter" and "B bytes in S seconds = M Mbit/sec", client side.
+    awk -v size="$size" '
+      /(node1|client)\].* iters in .* usec\/iter/ { lat = $(NF-1) }
+      /(node1|client)\].* bytes in .* Mbit\/sec/ { bw = $(NF-1) }
+      END {
+        if (lat == "" || bw == "") { print "no ping-pong result found"; exit 1 }
+        printf "latency:   %.1f us per round trip (%d B messages)\n", lat, size
+        printf "bandwidth: %.1f Mbit/s (%.2f MB/s)\n", bw, bw / 8
+      }' "$out"
+  else
+    grep -E '(node1|client)\].*(latency|bandwidth):' "$out" | sed 's/^\[[a-z0-9]*\] //' || true
+  fi
+}
+
+roce_v2_ipv4_gid() {
+  local dev="$1" port=1 f i
+  for f in /sys/class/infiniband/"$dev"/ports/"$port"/gids/*; do
+    i="${f##*/}"
+    if [[ "$(cat "$f" 2>/dev/null)" == 0000:0000:0000:0000:0000:ffff:* ]] &&
+      [[ "$(cat /sys/class/infiniband/"$dev"/ports/"$port"/gid_attrs/types/"$i" 2>/dev/null)" == "RoCE v2" ]]; then
+      echo "$i"
+      return
+    fi
+  done
+  echo 0
+}
+
+# -------------------------------------------------------------------- test --
+run_tests() {
+  local junit="$BUILD/ctest-junit.xml" list="$BUILD/ctest-tests.json" rc=0
+  log "test suite: ctest -j$JOBS (unit, rdma, twonode; cuda where a GPU is)"
+  # A missing fabric is a failure here, never a silent skip.
+  export RDX_REQUIRE_FABRIC=1
+  cd "$ROOT"
+  ctest --preset "$PRESET" --show-only=json-v1 >"$list"
+  ctest --preset "$PRESET" -j "$JOBS" --output-junit "$junit" || rc=$?
+  phase_done tests
+  summarize "$list" "$junit" || rc=1
+  return "$rc"
+}
+
+summarize() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+
+tests = json.load(open(sys.argv[1]))["tests"]
+labels = {}
+for t in tests:
+    for p in t.get("properties", []):
+        if p["name"] == "LABELS":
+            labels[t["name"]] = p["value"]
+cases = ET.parse(sys.argv[2]).getroot().iter("testcase")
+rows = {}
+skipped, failed = [], []
+def why(text, words):
+    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
+    for l in reversed(lines):
+        if any(w in l.lower() for w in words):
+            return l[:150]
+    return lines[-1][:150] if lines else ""
+for c in cases:
+    name = c.get("name")
+    out = c.findtext("system-out") or ""
+    if c.find("skipped") is not None or c.get("status") in ("notrun", "disabled"):
+        status = "skipped"
+        skipped.append((name, why(out, ("skip", "no cuda", "no gpu", "not available"))))
+    elif c.find("failure") is not None or c.find("error") is not None or c.get("status") == "fail":
+        status = "failed"
+        failed.append((name, why(out, ("fail", "error", "timeout"))))
+    else:
+        status = "passed"
+    for l in labels.get(name, ["(none)"]):
+        r = rows.setdefault(l, {"passed": 0, "skipped": 0, "failed": 0})
+        r[status] += 1
+total = len(skipped) + len(failed)
+n = sum(1 for _ in ET.parse(sys.argv[2]).getroot().iter("testcase"))
+passed = n - total
+print()
+print("rdx test summary")
+print(f"  {'label':<10} {'passed':>7} {'skipped':>8} {'failed':>7}")
+order = ["unit", "rdma", "twonode", "cuda"]
+for l in order + sorted(k for k in rows if k not in order):
+    if l in rows:
+        r = rows[l]
+        print(f"  {l:<10} {r['passed']:>7} {r['skipped']:>8} {r['failed']:>7}")
+if skipped:
+    print("\nSkipped (not run, not counted as passed):")
+    for name, reason in skipped:
+        print(f"  {name}: {reason}")
+if failed:
+    print("\nFailed:")
+    for name, reason in failed:
+        print(f"  {name}: {reason}")
+print(f"\n{passed} passed, {len(skipped)} skipped, {len(failed)} failed, of {n} tests")
+sys.exit(1 if failed else 0)
+PY
+}
+
+# -------------------------------------------------------------------- main --
+cmd="${1:-}"
+case "$cmd" in
+  pingpong | test) ;;
+  -h | --help) usage; exit 0 ;;
+  *) usage >&2; exit 2 ;;
+esac
+trap give_back_build EXIT
+setup "$cmd"
+status=0
+if [[ "$cmd" == pingpong ]]; then
+  pingpong || status=$?
+else
+  run_tests || status=$?
+fi
+echo
+echo "wall time: $((SECONDS - t0))s ($(IFS=','; echo "${timings[*]}" | sed 's/  */ /g'))"
+exit "$status"
