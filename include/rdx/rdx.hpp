@@ -1,8 +1,11 @@
 // rdx: the core umbrella header. Needs only libibverbs: no CUDA, no rdma_cm.
 #pragma once
 
+#include <rdx/connect/endpoint.hpp>
+#include <rdx/connect/rc_pingpong_exchange.hpp>
+#include <rdx/connect/tcp_bootstrap.hpp>
+#include <rdx/connect/wire.hpp>
 #include <rdx/error.hpp>
-
 #include <rdx/verbs/address_handle.hpp>
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/completion_queue.hpp>
@@ -17,8 +20,3 @@
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
-
-#include <rdx/connect/endpoint.hpp>
-#include <rdx/connect/rc_pingpong_exchange.hpp>
-#include <rdx/connect/tcp_bootstrap.hpp>
-#include <rdx/connect/wire.hpp>

@@ -78,7 +78,8 @@ private:
 };
 
 //! Busy-polls one completion with a generous timeout for TCG VMs.
-inline rdx::completion wait_one(rdx::completion_queue& cq, std::chrono::seconds timeout = std::chrono::seconds(20)) {
+inline rdx::completion wait_one(rdx::completion_queue& cq,
+                                std::chrono::seconds timeout = std::chrono::seconds(20)) {
   rdx::completion c{};
   std::error_code ec = rdx::poll_one(cq, c, timeout);
   INFO("poll: " << ec.message());

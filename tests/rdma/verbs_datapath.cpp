@@ -1,15 +1,15 @@
 // rdma tests: every data-path operation over a loopback pair of RC queue pairs
 // (and UD), with the data checked, plus completion errors with hints.
-#include "rdma_support.hpp"
-
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <new>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <numeric>
+
+#include "rdma_support.hpp"
 
 using rdx_test::loopback;
 using rdx_test::wait_one;
@@ -398,7 +398,8 @@ TEST_CASE("a type 2 memory window binds and is invalidated by work requests") {
   rdx::registered_buffer<char> win(lb.pd, 4096, rdx::access::mw_bind | rdx::access::local_write);
   fill(src.span(), 'v');
   rdx::memory_window mw(lb.pd, rdx::mw_type::type2);
-  REQUIRE(!lb.b.post_send(mw.bind_wr(win.region(), 0, 1024, rdx::access::remote_write | rdx::access::remote_read)));
+  REQUIRE(!lb.b.post_send(
+      mw.bind_wr(win.region(), 0, 1024, rdx::access::remote_write | rdx::access::remote_read)));
   auto bc = wait_one(lb.cq_b);
   INFO(bc.error().message());
   REQUIRE(bc.ok());
@@ -435,10 +436,18 @@ void* operator new[](std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
 #endif
 
 TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors") {
@@ -451,7 +460,8 @@ TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors
   auto round = [&] {
     rdx::send_batch<4> batch;
     for (std::size_t i = 0; i < 3; ++i) {
-      (void)batch.push(rdx::wr::write(src.sge(i * 512, 512), rdx::at(win.remote(), i * 512), &ops[i]).unsignaled());
+      (void)batch.push(
+          rdx::wr::write(src.sge(i * 512, 512), rdx::at(win.remote(), i * 512), &ops[i]).unsignaled());
     }
     (void)batch.push(rdx::wr::read(dst.sge(0, 1536), rdx::at(win.remote()), &ops[3]));
     if (rdx::post(lb.a, batch)) failed = true;

@@ -1,14 +1,13 @@
 // rdma tests: each verbs object and state transition on one device, and every
 // bad input rejected with a clear error and nothing leaked.
-#include "rdma_support.hpp"
-
-#include <net/if.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "rdma_support.hpp"
+#include <net/if.h>
 
 using rdx_test::leak_guard;
 using rdx_test::open_device;
@@ -23,7 +22,9 @@ static_assert(std::is_nothrow_destructible_v<rdx::queue_pair>);
 
 namespace {
 int destroy_failures = 0;
-void count_failures(std::string_view) noexcept { ++destroy_failures; }
+void count_failures(std::string_view) noexcept {
+  ++destroy_failures;
+}
 
 template <class F>
 rdx::error expect_error(F&& f) {
@@ -81,7 +82,10 @@ TEST_CASE("a bad device name is rejected, listing the devices present") {
   ::setenv("RDX_DEVICE", "no_such_dev9", 1);
   auto d = expect_error([] { (void)rdx::context::open_default(); });
   CHECK_THAT(d.what(), Catch::Contains("no_such_dev9"));
-  if (old != nullptr) ::setenv("RDX_DEVICE", saved.c_str(), 1); else ::unsetenv("RDX_DEVICE");
+  if (old != nullptr)
+    ::setenv("RDX_DEVICE", saved.c_str(), 1);
+  else
+    ::unsetenv("RDX_DEVICE");
   guard.check();
 }
 
@@ -155,7 +159,8 @@ TEST_CASE("a bad GID index is rejected with the table size, and leaks nothing") 
   }
 
   ::setenv("RDX_GID_INDEX", "250", 1);
-  if (250 < pa.gid_table_len && std::none_of(table.begin(), table.end(), [](auto& g) { return g.index == 250; })) {
+  if (250 < pa.gid_table_len &&
+      std::none_of(table.begin(), table.end(), [](auto& g) { return g.index == 250; })) {
     auto env = expect_error([&] { (void)rdx::select_gid(ctx, port); });
     CHECK_THAT(env.what(), Catch::Contains("GID index 250"));
   }
@@ -320,9 +325,8 @@ TEST_CASE("queue pair depths above the device limit are refused, naming field, v
     auto in = expect_error([&] { rdx::queue_pair qp(pd, cq, cq, {.max_inline_data = 1u << 20}); });
     CHECK(in.code() == rdx::errc::limit_exceeded);
     CHECK_THAT(in.what(), Catch::Contains("max_inline_data = 1048576") && Catch::Contains("device limit"));
-    auto s = expect_error([&] {
-      rdx::queue_pair qp(pd, cq, cq, {.max_send_sge = static_cast<std::uint32_t>(d.max_sge) + 1});
-    });
+    auto s = expect_error(
+        [&] { rdx::queue_pair qp(pd, cq, cq, {.max_send_sge = static_cast<std::uint32_t>(d.max_sge) + 1}); });
     CHECK_THAT(s.what(), Catch::Contains("max_send_sge"));
   }
   guard.check();

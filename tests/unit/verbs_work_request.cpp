@@ -11,7 +11,9 @@
 #include <vector>
 
 namespace {
-ibv_sge sge(std::uint64_t addr, std::uint32_t len, std::uint32_t lkey = 0x11) { return {addr, len, lkey}; }
+ibv_sge sge(std::uint64_t addr, std::uint32_t len, std::uint32_t lkey = 0x11) {
+  return {addr, len, lkey};
+}
 struct op_state {
   int n = 0;
 };
@@ -121,8 +123,9 @@ TEST_CASE("queue sizes above the device limits are refused, naming field, value 
   rdx::queue_pair_attr ok;
   CHECK_NOTHROW(rdx::detail::check_qp_attr(ok, d, "dev0"));
   rdx::queue_pair_attr deep{.max_send_wr = 4096};
-  CHECK_THROWS_WITH(rdx::detail::check_qp_attr(deep, d, "dev0"),
-                    Catch::Contains("max_send_wr = 4096") && Catch::Contains("1024") && Catch::Contains("dev0"));
+  CHECK_THROWS_WITH(rdx::detail::check_qp_attr(deep, d, "dev0"), Catch::Contains("max_send_wr = 4096") &&
+                                                                     Catch::Contains("1024") &&
+                                                                     Catch::Contains("dev0"));
   rdx::queue_pair_attr rq{.max_recv_wr = 1025};
   CHECK_THROWS_WITH(rdx::detail::check_qp_attr(rq, d, "dev0"), Catch::Contains("max_recv_wr = 1025"));
   rdx::queue_pair_attr sges{.max_send_sge = 5};

@@ -41,7 +41,8 @@ template <class T>
 [[nodiscard]] T* release_verbs(shared_verbs<T>& h, const char* what) {
   if (!h) return nullptr;
   if (h.use_count() != 1) {
-    throw_rdx(errc::not_ready, std::string("release() of ") + what + ": objects created from it are still alive");
+    throw_rdx(errc::not_ready,
+              std::string("release() of ") + what + ": objects created from it are still alive");
   }
   auto* d = std::get_deleter<verbs_deleter<T>>(h);
   if (d != nullptr) d->released = true;

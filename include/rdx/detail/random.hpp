@@ -3,11 +3,11 @@
 
 #include <rdx/error.hpp>
 
-#include <sys/random.h>
-
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+
+#include <sys/random.h>
 
 namespace rdx::detail {
 

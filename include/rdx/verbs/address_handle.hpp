@@ -20,17 +20,19 @@ class address_handle : detail::move_only {
 public:
   //! Addresses remote from local port, with the local GID at sgid_index.
   //! @throws rdx::error when ibv_create_ah fails (e.g. an unreachable GID).
-  address_handle(const protection_domain& pd, const endpoint& remote, std::uint8_t port, std::uint8_t sgid_index,
-                 std::uint8_t hop_limit = 64)
+  address_handle(const protection_domain& pd, const endpoint& remote, std::uint8_t port,
+                 std::uint8_t sgid_index, std::uint8_t hop_limit = 64)
       : address_handle(pd, make_attr(remote, port, sgid_index, hop_limit)) {}
 
   //! From raw attributes. @throws rdx::error when ibv_create_ah fails.
   address_handle(const protection_domain& pd, ibv_ah_attr attr) {
     ibv_ah* ah = ::ibv_create_ah(pd.native_handle(), &attr);
     if (ah == nullptr) {
-      detail::throw_errno("ibv_create_ah", "port " + std::to_string(attr.port_num) + " to " +
-                                               (attr.is_global ? to_string(attr.grh.dgid) : "LID " + std::to_string(attr.dlid)),
-                          errno ? errno : EINVAL);
+      detail::throw_errno(
+          "ibv_create_ah",
+          "port " + std::to_string(attr.port_num) + " to " +
+              (attr.is_global ? to_string(attr.grh.dgid) : "LID " + std::to_string(attr.dlid)),
+          errno ? errno : EINVAL);
     }
     h_ = detail::make_shared_verbs(ah, &::ibv_destroy_ah, "ibv_destroy_ah", {pd.shared_handle()});
   }
@@ -40,8 +42,8 @@ public:
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
   //! The attributes used to reach remote: global routing whenever it has a GID.
-  [[nodiscard]] static ibv_ah_attr make_attr(const endpoint& remote, std::uint8_t port, std::uint8_t sgid_index,
-                                             std::uint8_t hop_limit = 64) noexcept {
+  [[nodiscard]] static ibv_ah_attr make_attr(const endpoint& remote, std::uint8_t port,
+                                             std::uint8_t sgid_index, std::uint8_t hop_limit = 64) noexcept {
     ibv_ah_attr a{};
     a.dlid = remote.lid;
     a.port_num = port;

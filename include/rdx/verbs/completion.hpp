@@ -3,12 +3,13 @@
 
 #include <rdx/error.hpp>
 
-#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include <cstdint>
 #include <system_error>
 #include <type_traits>
+
+#include <arpa/inet.h>
 
 namespace rdx {
 

@@ -6,9 +6,7 @@
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/context.hpp>
 
-#include <fcntl.h>
 #include <infiniband/verbs.h>
-#include <poll.h>
 
 #include <chrono>
 #include <cstdint>
@@ -16,6 +14,9 @@
 #include <span>
 #include <string>
 #include <system_error>
+
+#include <fcntl.h>
+#include <poll.h>
 
 namespace rdx {
 
@@ -78,17 +79,17 @@ private:
 
 //! Settings of a completion queue.
 struct completion_queue_attr {
-  int depth = 512;                          //!< minimum entries; checked against max_cqe
-  completion_channel* channel = nullptr;    //!< event mode when set
+  int depth = 512;                        //!< minimum entries; checked against max_cqe
+  completion_channel* channel = nullptr;  //!< event mode when set
   int comp_vector = 0;
 };
 
 namespace detail {
 //! Error text for a value above a device limit: "field value above device limit (limit)".
-[[nodiscard]] inline std::string limit_message(std::string_view object, std::string_view field, std::uint64_t value,
-                                               std::uint64_t limit) {
-  return std::string(object) + ": " + std::string(field) + " = " + std::to_string(value) + " exceeds the device limit " +
-         std::to_string(limit);
+[[nodiscard]] inline std::string limit_message(std::string_view object, std::string_view field,
+                                               std::uint64_t value, std::uint64_t limit) {
+  return std::string(object) + ": " + std::string(field) + " = " + std::to_string(value) +
+         " exceeds the device limit " + std::to_string(limit);
 }
 }  // namespace detail
 
@@ -100,24 +101,29 @@ public:
   //! field, value and limit; rdx::error from ibv_create_cq otherwise.
   completion_queue(const context& ctx, const completion_queue_attr& attr) {
     if (attr.depth <= 0) {
-      detail::throw_rdx(errc::invalid_argument, "completion_queue: depth = " + std::to_string(attr.depth) + " must be positive");
+      detail::throw_rdx(errc::invalid_argument,
+                        "completion_queue: depth = " + std::to_string(attr.depth) + " must be positive");
     }
     device_attributes da = ctx.query_device();
     if (attr.depth > da.max_cqe) {
-      detail::throw_rdx(errc::limit_exceeded, detail::limit_message("completion_queue on " + ctx.name(), "depth",
-                                                                    static_cast<std::uint64_t>(attr.depth),
-                                                                    static_cast<std::uint64_t>(da.max_cqe)));
+      detail::throw_rdx(errc::limit_exceeded,
+                        detail::limit_message("completion_queue on " + ctx.name(), "depth",
+                                              static_cast<std::uint64_t>(attr.depth),
+                                              static_cast<std::uint64_t>(da.max_cqe)));
     }
     if (attr.comp_vector < 0 || attr.comp_vector >= ctx.native_handle()->num_comp_vectors) {
-      detail::throw_rdx(errc::limit_exceeded,
-                        detail::limit_message("completion_queue on " + ctx.name(), "comp_vector",
-                                              static_cast<std::uint64_t>(attr.comp_vector < 0 ? 0 : attr.comp_vector),
-                                              static_cast<std::uint64_t>(ctx.native_handle()->num_comp_vectors - 1)));
+      detail::throw_rdx(
+          errc::limit_exceeded,
+          detail::limit_message("completion_queue on " + ctx.name(), "comp_vector",
+                                static_cast<std::uint64_t>(attr.comp_vector < 0 ? 0 : attr.comp_vector),
+                                static_cast<std::uint64_t>(ctx.native_handle()->num_comp_vectors - 1)));
     }
-    ibv_cq* cq = ::ibv_create_cq(ctx.native_handle(), attr.depth, nullptr,
-                                 attr.channel != nullptr ? attr.channel->native_handle() : nullptr, attr.comp_vector);
+    ibv_cq* cq =
+        ::ibv_create_cq(ctx.native_handle(), attr.depth, nullptr,
+                        attr.channel != nullptr ? attr.channel->native_handle() : nullptr, attr.comp_vector);
     if (cq == nullptr) {
-      detail::throw_errno("ibv_create_cq", ctx.name() + " depth " + std::to_string(attr.depth), errno ? errno : ENOMEM);
+      detail::throw_errno("ibv_create_cq", ctx.name() + " depth " + std::to_string(attr.depth),
+                          errno ? errno : ENOMEM);
     }
     std::shared_ptr<const void> ch;
     if (attr.channel != nullptr) ch = attr.channel->shared_handle();
@@ -125,7 +131,8 @@ public:
     channel_ = attr.channel != nullptr ? attr.channel->native_handle() : nullptr;
   }
   //! A polled completion queue of at least depth entries.
-  completion_queue(const context& ctx, int depth) : completion_queue(ctx, completion_queue_attr{.depth = depth}) {}
+  completion_queue(const context& ctx, int depth)
+      : completion_queue(ctx, completion_queue_attr{.depth = depth}) {}
 
   [[nodiscard]] ibv_cq* native_handle() const noexcept { return h_.get(); }
   [[nodiscard]] const std::shared_ptr<ibv_cq>& shared_handle() const noexcept { return h_; }
@@ -158,7 +165,8 @@ public:
     if (channel_ == nullptr) return make_error_code(errc::not_ready);
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() < 0) left = std::chrono::milliseconds(0);
       pollfd p{channel_->fd, POLLIN, 0};
       int r = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -167,7 +175,8 @@ public:
       if (r == 0) return make_error_code(errc::timed_out);
       ibv_cq* cq = nullptr;
       void* cq_ctx = nullptr;
-      if (::ibv_get_cq_event(channel_, &cq, &cq_ctx) != 0) return {errno ? errno : EAGAIN, std::generic_category()};
+      if (::ibv_get_cq_event(channel_, &cq, &cq_ctx) != 0)
+        return {errno ? errno : EAGAIN, std::generic_category()};
       ::ibv_ack_cq_events(cq, 1);
       if (cq == h_.get()) return {};
       // An event of another CQ on a shared channel: this API is for one CQ per channel.

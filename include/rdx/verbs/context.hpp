@@ -8,7 +8,6 @@
 #include <rdx/verbs/device_list.hpp>
 
 #include <infiniband/verbs.h>
-#include <net/if.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +15,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include <net/if.h>
 
 namespace rdx {
 
@@ -212,7 +213,8 @@ public:
   //! Number of physical ports.
   [[nodiscard]] std::uint8_t port_count() const {
     ibv_device_attr a{};
-    if (int rc = ::ibv_query_device(h_.get(), &a); rc != 0) detail::throw_errno("ibv_query_device", name(), rc);
+    if (int rc = ::ibv_query_device(h_.get(), &a); rc != 0)
+      detail::throw_errno("ibv_query_device", name(), rc);
     return a.phys_port_cnt;
   }
 

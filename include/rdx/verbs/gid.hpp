@@ -6,7 +6,6 @@
 #include <rdx/error.hpp>
 #include <rdx/verbs/context.hpp>
 
-#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include <cstdint>
@@ -16,6 +15,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <arpa/inet.h>
 
 namespace rdx {
 
@@ -108,7 +109,8 @@ inline std::optional<gid_type> sysfs_gid_type(const context& ctx, std::uint8_t p
     ibv_gid g{};
     if (::ibv_query_gid(ctx.native_handle(), port, i, &g) != 0 || gid_is_zero(g)) continue;
     auto idx = static_cast<std::uint32_t>(i);
-    gid_type t = pa.is_ethernet() ? detail::sysfs_gid_type(ctx, port, idx).value_or(gid_type::roce_v1) : gid_type::ib;
+    gid_type t =
+        pa.is_ethernet() ? detail::sysfs_gid_type(ctx, port, idx).value_or(gid_type::roce_v1) : gid_type::ib;
     out.push_back({g, idx, port, t, 0});
   }
   return out;
@@ -122,7 +124,7 @@ struct gid_choice {
   gid_type type = gid_type::ib;
   bool use_lid = false;  //!< InfiniBand port: addressed by LID, GID only for routing
   std::uint16_t lid = 0;
-  std::string reason;    //!< one line: what was chosen and why
+  std::string reason;  //!< one line: what was chosen and why
 };
 
 namespace detail {
@@ -198,8 +200,11 @@ inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t in
     }
     return std::nullopt;
   };
-  if (auto c = pick([](const gid_entry& e) { return e.ipv4_mapped(); }, "first RoCE v2 IPv4-mapped entry")) return *c;
-  if (auto c = pick([](const gid_entry& e) { return !e.ipv4_mapped(); }, "first RoCE v2 global IPv6 entry (no IPv4-mapped one)")) return *c;
+  if (auto c = pick([](const gid_entry& e) { return e.ipv4_mapped(); }, "first RoCE v2 IPv4-mapped entry"))
+    return *c;
+  if (auto c = pick([](const gid_entry& e) { return !e.ipv4_mapped(); },
+                    "first RoCE v2 global IPv6 entry (no IPv4-mapped one)"))
+    return *c;
   std::string seen;
   for (const gid_entry& e : table) {
     if (!seen.empty()) seen += ", ";

@@ -41,25 +41,38 @@ enum class access : unsigned {
 [[nodiscard]] constexpr access operator&(access a, access b) noexcept {
   return static_cast<access>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
 }
-[[nodiscard]] constexpr access operator~(access a) noexcept { return static_cast<access>(~static_cast<unsigned>(a)); }
-constexpr access& operator|=(access& a, access b) noexcept { return a = a | b; }
-constexpr access& operator&=(access& a, access b) noexcept { return a = a & b; }
+[[nodiscard]] constexpr access operator~(access a) noexcept {
+  return static_cast<access>(~static_cast<unsigned>(a));
+}
+constexpr access& operator|=(access& a, access b) noexcept {
+  return a = a | b;
+}
+constexpr access& operator&=(access& a, access b) noexcept {
+  return a = a & b;
+}
 //! True when every right in want is in have.
-[[nodiscard]] constexpr bool has(access have, access want) noexcept { return (have & want) == want; }
+[[nodiscard]] constexpr bool has(access have, access want) noexcept {
+  return (have & want) == want;
+}
 //! The flags as ibv_access_flags bits.
-[[nodiscard]] constexpr int to_ibv(access a) noexcept { return static_cast<int>(a); }
+[[nodiscard]] constexpr int to_ibv(access a) noexcept {
+  return static_cast<int>(a);
+}
 
 //! Where a peer's memory is: address and rkey. A distinct type from local memory,
 //! so an rkey can never be used as an lkey.
 struct remote_ptr {
   std::uint64_t addr = 0;
   std::uint32_t rkey = 0;
-  [[nodiscard]] constexpr remote_ptr operator+(std::uint64_t offset) const noexcept { return {addr + offset, rkey}; }
+  [[nodiscard]] constexpr remote_ptr operator+(std::uint64_t offset) const noexcept {
+    return {addr + offset, rkey};
+  }
   friend constexpr bool operator==(const remote_ptr&, const remote_ptr&) = default;
 };
 
 //! True when [offset, offset + len) lies inside a peer's range, without overflow.
-[[nodiscard]] constexpr bool contains(const remote_descriptor& r, std::uint64_t offset, std::uint64_t len) noexcept {
+[[nodiscard]] constexpr bool contains(const remote_descriptor& r, std::uint64_t offset,
+                                      std::uint64_t len) noexcept {
   return offset <= r.length && len <= r.length - offset;
 }
 //! The peer address at offset into a descriptor (unchecked: check with contains()).
@@ -75,11 +88,12 @@ public:
   //! @throws rdx::error naming address, length and rights when ibv_reg_mr fails.
   template <class T>
   memory_region(const protection_domain& pd, std::span<T> memory, access rights = access::local_write)
-      : memory_region(pd, static_cast<void*>(const_cast<std::remove_cv_t<T>*>(memory.data())), memory.size_bytes(),
-                      rights) {}
+      : memory_region(pd, static_cast<void*>(const_cast<std::remove_cv_t<T>*>(memory.data())),
+                      memory.size_bytes(), rights) {}
 
   //! Registers length bytes at addr.
-  memory_region(const protection_domain& pd, void* addr, std::size_t length, access rights = access::local_write) {
+  memory_region(const protection_domain& pd, void* addr, std::size_t length,
+                access rights = access::local_write) {
     if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) {
       // Verbs requires local write with remote write or atomic; grant it rather than fail.
       rights |= access::local_write;
@@ -99,7 +113,8 @@ public:
   [[nodiscard]] static memory_region adopt(const protection_domain& pd, ibv_mr* mr) {
     detail::refuse_null(mr, "memory_region::adopt");
     if (mr->pd != pd.native_handle()) {
-      detail::throw_rdx(errc::invalid_argument, "memory_region::adopt: the ibv_mr belongs to another protection domain");
+      detail::throw_rdx(errc::invalid_argument,
+                        "memory_region::adopt: the ibv_mr belongs to another protection domain");
     }
     memory_region r;
     r.h_ = detail::make_shared_verbs(mr, &::ibv_dereg_mr, "ibv_dereg_mr", {pd.shared_handle()});
@@ -122,15 +137,16 @@ public:
   //! this is on the data path).
   [[nodiscard]] ibv_sge sge(std::size_t offset, std::size_t len) const noexcept {
     assert(offset <= length() && len <= length() - offset && len <= UINT32_MAX);
-    return {reinterpret_cast<std::uint64_t>(static_cast<char*>(h_->addr) + offset), static_cast<std::uint32_t>(len),
-            h_->lkey};
+    return {reinterpret_cast<std::uint64_t>(static_cast<char*>(h_->addr) + offset),
+            static_cast<std::uint32_t>(len), h_->lkey};
   }
   //! A local scatter-gather entry for the whole region.
   [[nodiscard]] ibv_sge sge() const noexcept { return sge(0, length()); }
   //! A local scatter-gather entry for a sub-span of the registered memory.
   template <class T>
   [[nodiscard]] ibv_sge sge(std::span<T> part) const noexcept {
-    auto off = static_cast<std::size_t>(reinterpret_cast<const char*>(part.data()) - static_cast<const char*>(h_->addr));
+    auto off = static_cast<std::size_t>(reinterpret_cast<const char*>(part.data()) -
+                                        static_cast<const char*>(h_->addr));
     return sge(off, part.size_bytes());
   }
   //! What a peer needs to reach this region: {addr, length, rkey}.
@@ -182,7 +198,8 @@ private:
   static std::size_t bytes(std::size_t count) {
     if (count == 0) detail::throw_rdx(errc::invalid_argument, "registered_buffer: zero elements");
     if (count > (SIZE_MAX - page) / sizeof(T)) {
-      detail::throw_rdx(errc::limit_exceeded, "registered_buffer: " + std::to_string(count) + " elements overflow");
+      detail::throw_rdx(errc::limit_exceeded,
+                        "registered_buffer: " + std::to_string(count) + " elements overflow");
     }
     return count * sizeof(T);
   }

@@ -29,7 +29,8 @@ public:
   explicit memory_window(const protection_domain& pd, mw_type type = mw_type::type1) : type_(type) {
     ibv_mw* mw = ::ibv_alloc_mw(pd.native_handle(), static_cast<ibv_mw_type>(type));
     if (mw == nullptr) {
-      detail::throw_errno("ibv_alloc_mw", type == mw_type::type1 ? "type 1" : "type 2", errno ? errno : EOPNOTSUPP);
+      detail::throw_errno("ibv_alloc_mw", type == mw_type::type1 ? "type 1" : "type 2",
+                          errno ? errno : EOPNOTSUPP);
     }
     h_ = detail::make_shared_verbs(mw, &::ibv_dealloc_mw, "ibv_dealloc_mw", {pd.shared_handle()});
     rkey_ = mw->rkey;
@@ -45,8 +46,9 @@ public:
   //! Type 1: binds [offset, offset + len) of mr with rights through qp (in RTS).
   //! The bind completes on qp's send CQ (IBV_WC_BIND_MW) when signaled.
   //! @return empty; errc::out_of_range / invalid_argument before posting; or the verb's errno.
-  [[nodiscard]] std::error_code bind(queue_pair& qp, const memory_region& mr, std::size_t offset, std::size_t len,
-                                     access rights, const void* ctx = nullptr, bool signaled = true) noexcept {
+  [[nodiscard]] std::error_code bind(queue_pair& qp, const memory_region& mr, std::size_t offset,
+                                     std::size_t len, access rights, const void* ctx = nullptr,
+                                     bool signaled = true) noexcept {
     if (type_ != mw_type::type1) return make_error_code(errc::invalid_argument);
     if (offset > mr.length() || len > mr.length() - offset) return make_error_code(errc::out_of_range);
     ibv_mw_bind b{};
@@ -57,7 +59,8 @@ public:
   }
   //! Type 1: revokes the window (a zero-length bind over the region last bound,
   //! which must still be registered).
-  [[nodiscard]] std::error_code unbind(queue_pair& qp, const void* ctx = nullptr, bool signaled = true) noexcept {
+  [[nodiscard]] std::error_code unbind(queue_pair& qp, const void* ctx = nullptr,
+                                       bool signaled = true) noexcept {
     if (type_ != mw_type::type1) return make_error_code(errc::invalid_argument);
     ibv_mw_bind b{};
     b.wr_id = to_wr_id(ctx);
@@ -86,7 +89,8 @@ public:
   }
 
 private:
-  static ibv_mw_bind_info info(const memory_region& mr, std::size_t offset, std::size_t len, access rights) noexcept {
+  static ibv_mw_bind_info info(const memory_region& mr, std::size_t offset, std::size_t len,
+                               access rights) noexcept {
     ibv_mw_bind_info bi{};
     bi.mr = mr.native_handle();
     bi.addr = reinterpret_cast<std::uint64_t>(static_cast<char*>(mr.addr()) + offset);

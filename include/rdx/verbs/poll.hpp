@@ -16,8 +16,9 @@ namespace rdx {
 //! out.size()) or timeout passes. No allocation, no exception.
 //! @param filled set to the number of completions written to out.
 //! @return empty when min_count arrived; errc::timed_out; or the polling errno.
-[[nodiscard]] inline std::error_code poll_for(completion_queue& cq, std::span<completion> out, std::size_t min_count,
-                                              std::chrono::nanoseconds timeout, std::size_t& filled) noexcept {
+[[nodiscard]] inline std::error_code poll_for(completion_queue& cq, std::span<completion> out,
+                                              std::size_t min_count, std::chrono::nanoseconds timeout,
+                                              std::size_t& filled) noexcept {
   filled = 0;
   if (min_count > out.size()) min_count = out.size();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -28,7 +29,8 @@ namespace rdx {
     filled += static_cast<std::size_t>(n);
     if (filled >= min_count) return {};
     // Reading the clock every poll would dominate a fast loop.
-    if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return make_error_code(errc::timed_out);
+    if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+      return make_error_code(errc::timed_out);
   }
 }
 
@@ -42,7 +44,8 @@ namespace rdx {
 //! Polls without waiting and hands each completion to f (f must not throw on
 //! the data path). @return the number handled, or a negative errno.
 template <class F>
-inline int drain(completion_queue& cq, std::span<completion> scratch, F&& f) noexcept(noexcept(f(scratch[0]))) {
+inline int drain(completion_queue& cq, std::span<completion> scratch,
+                 F&& f) noexcept(noexcept(f(scratch[0]))) {
   int n = cq.poll(scratch);
   for (int i = 0; i < n; ++i) f(scratch[static_cast<std::size_t>(i)]);
   return n;

@@ -44,14 +44,16 @@ using recv_batch = basic_batch<recv_wr, N>;
 //! Posts a send batch with one call; on success the batch is cleared.
 //! @param bad_index when given and posting fails: index of the first request not posted.
 template <std::size_t N>
-[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch, std::size_t* bad_index = nullptr) noexcept {
+[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch,
+                                   std::size_t* bad_index = nullptr) noexcept {
   std::error_code ec = qp.post_send(batch.requests(), bad_index);
   if (!ec) batch.clear();
   return ec;
 }
 //! Posts a receive batch with one call; on success the batch is cleared.
 template <std::size_t N>
-[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch, std::size_t* bad_index = nullptr) noexcept {
+[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch,
+                                   std::size_t* bad_index = nullptr) noexcept {
   std::error_code ec = qp.post_recv(batch.requests(), bad_index);
   if (!ec) batch.clear();
   return ec;

@@ -27,7 +27,8 @@ public:
   [[nodiscard]] static protection_domain from_native_handle(const context& ctx, ibv_pd* pd) {
     detail::refuse_null(pd, "protection_domain::from_native_handle");
     if (pd->context != ctx.native_handle()) {
-      detail::throw_rdx(errc::invalid_argument, "protection_domain::from_native_handle: pd belongs to another context");
+      detail::throw_rdx(errc::invalid_argument,
+                        "protection_domain::from_native_handle: pd belongs to another context");
     }
     protection_domain r;
     r.h_ = detail::make_shared_verbs(pd, &::ibv_dealloc_pd, "ibv_dealloc_pd", {ctx.shared_handle()});

@@ -74,12 +74,12 @@ struct queue_pair_attr {
   std::uint32_t max_recv_sge = 1;
   //! Inline payload bytes; unset: 64 where the device allows it, else what it grants.
   std::optional<std::uint32_t> max_inline_data{};
-  std::uint8_t port = 0;                     //!< 0: the context's first ACTIVE port
-  std::optional<std::uint8_t> gid_index{};   //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
+  std::uint8_t port = 0;                    //!< 0: the context's first ACTIVE port
+  std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
   //! What the peer may do through this QP; memory regions still gate each range.
   access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
   std::uint16_t pkey_index = 0;
-  std::uint32_t qkey = default_qkey;         //!< UD only
+  std::uint32_t qkey = default_qkey;  //!< UD only
   bool sq_sig_all = false;
   //! Receives come from this shared receive queue (kept alive by the QP); max_recv_* are ignored.
   const shared_receive_queue* srq = nullptr;
@@ -87,9 +87,9 @@ struct queue_pair_attr {
 
 //! Connection settings (RTR and RTS); defaults from DESIGN.md, 0 = from the device.
 struct connect_options {
-  std::uint8_t timeout = 14;        //!< 4.096 us * 2^timeout; 0 (infinite) is refused
+  std::uint8_t timeout = 14;  //!< 4.096 us * 2^timeout; 0 (infinite) is refused
   std::uint8_t retry_cnt = 7;
-  std::uint8_t rnr_retry = 7;       //!< 7 = retry forever
+  std::uint8_t rnr_retry = 7;  //!< 7 = retry forever
   std::uint8_t min_rnr_timer = 12;
   std::uint8_t max_rd_atomic = 0;       //!< outstanding reads/atomics we issue; 0: min(device, 16)
   std::uint8_t max_dest_rd_atomic = 0;  //!< outstanding reads/atomics we serve; 0: min(device, 16)
@@ -132,22 +132,26 @@ inline void check_connect_options(const connect_options& o) {
   if (o.retry_cnt > 7) bad("retry_cnt", o.retry_cnt, "0 to 7");
   if (o.rnr_retry > 7) bad("rnr_retry", o.rnr_retry, "0 to 7");
   if (o.min_rnr_timer > 31) bad("min_rnr_timer", o.min_rnr_timer, "0 to 31");
-  if (mtu_bytes(o.max_mtu) == 0) bad("max_mtu", static_cast<unsigned>(o.max_mtu), "IBV_MTU_256 to IBV_MTU_4096");
+  if (mtu_bytes(o.max_mtu) == 0)
+    bad("max_mtu", static_cast<unsigned>(o.max_mtu), "IBV_MTU_256 to IBV_MTU_4096");
 }
 
 //! Checks a peer's endpoint before it reaches ibv_modify_qp.
 inline void check_remote_endpoint(const endpoint& r, bool roce) {
   if (r.qpn == 0 || r.qpn > 0xffffffu) {
-    throw_rdx(errc::invalid_argument, "connect: remote qpn = " + std::to_string(r.qpn) + " is not a 24-bit QP number");
+    throw_rdx(errc::invalid_argument,
+              "connect: remote qpn = " + std::to_string(r.qpn) + " is not a 24-bit QP number");
   }
   if (r.psn > 0xffffffu) {
     throw_rdx(errc::invalid_argument, "connect: remote psn = " + std::to_string(r.psn) + " exceeds 24 bits");
   }
   if (mtu_bytes(r.mtu) == 0) {
-    throw_rdx(errc::invalid_argument, "connect: remote mtu = " + std::to_string(static_cast<int>(r.mtu)) + " is not an ibv_mtu");
+    throw_rdx(errc::invalid_argument,
+              "connect: remote mtu = " + std::to_string(static_cast<int>(r.mtu)) + " is not an ibv_mtu");
   }
   if (roce && gid_is_zero(r.gid)) {
-    throw_rdx(errc::invalid_argument, "connect: remote endpoint has a zero GID, which a RoCE port cannot reach");
+    throw_rdx(errc::invalid_argument,
+              "connect: remote endpoint has a zero GID, which a RoCE port cannot reach");
   }
   if (!roce && r.lid == 0 && gid_is_zero(r.gid)) {
     throw_rdx(errc::invalid_argument, "connect: remote endpoint has neither a LID nor a GID");
@@ -211,22 +215,25 @@ public:
     if (qp == nullptr && err == EINVAL && attr.max_inline_data.value_or(0) > 0) {
       // The device reports no inline limit: find it, so the error can name it.
       if (auto limit = probe_max_inline(pd, ia); limit && *limit < ia.cap.max_inline_data) {
-        detail::throw_rdx(errc::limit_exceeded, detail::limit_message("queue_pair on " + ctx.name(), "max_inline_data",
-                                                                      ia.cap.max_inline_data, *limit));
+        detail::throw_rdx(errc::limit_exceeded,
+                          detail::limit_message("queue_pair on " + ctx.name(), "max_inline_data",
+                                                ia.cap.max_inline_data, *limit));
       }
     }
     if (qp == nullptr) {
       char what[200];
       std::snprintf(what, sizeof what,
-                    "%s QP on %s (max_send_wr %u, max_recv_wr %u, max_send_sge %u, max_recv_sge %u, max_inline_data %u)",
+                    "%s QP on %s (max_send_wr %u, max_recv_wr %u, max_send_sge %u, max_recv_sge %u, "
+                    "max_inline_data %u)",
                     std::string(to_string(attr.type)).c_str(), ctx.name().c_str(), attr.max_send_wr,
                     attr.max_recv_wr, attr.max_send_sge, attr.max_recv_sge, ia.cap.max_inline_data);
       detail::throw_errno("ibv_create_qp", what, err);
     }
     std::shared_ptr<const void> srq;
     if (attr.srq != nullptr) srq = attr.srq->shared_handle();
-    h_ = detail::make_shared_verbs(qp, &::ibv_destroy_qp, "ibv_destroy_qp",
-                                   {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle(), srq});
+    h_ = detail::make_shared_verbs(
+        qp, &::ibv_destroy_qp, "ibv_destroy_qp",
+        {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle(), srq});
     has_srq_ = attr.srq != nullptr;
     caps_ = ia.cap;  // what the device granted (at least what was asked)
     state_ = qp_state::reset;
@@ -251,7 +258,8 @@ public:
   [[nodiscard]] qp_state query_state() const {
     ibv_qp_attr a{};
     ibv_qp_init_attr ia{};
-    if (int rc = ::ibv_query_qp(h_.get(), &a, IBV_QP_STATE, &ia); rc != 0) detail::throw_errno("ibv_query_qp", name(), rc);
+    if (int rc = ::ibv_query_qp(h_.get(), &a, IBV_QP_STATE, &ia); rc != 0)
+      detail::throw_errno("ibv_query_qp", name(), rc);
     return static_cast<qp_state>(a.qp_state);
   }
 
@@ -281,8 +289,8 @@ public:
       a.qkey = qkey_;
       mask |= IBV_QP_QKEY;
     } else {
-      a.qp_access_flags = static_cast<unsigned>(to_ibv(remote_access_ & (access::remote_write | access::remote_read |
-                                                                        access::remote_atomic)));
+      a.qp_access_flags = static_cast<unsigned>(
+          to_ibv(remote_access_ & (access::remote_write | access::remote_read | access::remote_atomic)));
       mask |= IBV_QP_ACCESS_FLAGS;
     }
     modify(a, mask, "INIT");
@@ -365,7 +373,8 @@ public:
 
   //! Readies a UD queue pair to send and receive: RESET -> INIT -> RTR -> RTS.
   void activate() {
-    if (type_ != qp_type::ud) detail::throw_rdx(errc::invalid_argument, name() + ": activate() is for UD; use connect()");
+    if (type_ != qp_type::ud)
+      detail::throw_rdx(errc::invalid_argument, name() + ": activate() is for UD; use connect()");
     if (state_ == qp_state::reset) to_init();
     to_rtr(endpoint{});
     to_rts();
@@ -377,7 +386,8 @@ public:
   //! @return empty, errc::not_ready when the QP is not in RTS, or the errno from
   //! ibv_post_send (ENOMEM: send queue full).
   [[nodiscard]] std::error_code post_send(send_wr& w) noexcept {
-    if (state_ != qp_state::rts) [[unlikely]] return make_error_code(errc::not_ready);
+    if (state_ != qp_state::rts) [[unlikely]]
+      return make_error_code(errc::not_ready);
     prepare(w);
     w.native().next = nullptr;
     ibv_send_wr* bad = nullptr;
@@ -387,9 +397,11 @@ public:
 
   //! Posts a batch with one call (one doorbell). On failure *bad_index, when
   //! given, is the index of the first request not posted; those before it were.
-  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch, std::size_t* bad_index = nullptr) noexcept {
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch,
+                                          std::size_t* bad_index = nullptr) noexcept {
     if (bad_index != nullptr) *bad_index = 0;
-    if (state_ != qp_state::rts) [[unlikely]] return make_error_code(errc::not_ready);
+    if (state_ != qp_state::rts) [[unlikely]]
+      return make_error_code(errc::not_ready);
     if (batch.empty()) return {};
     for (std::size_t i = 0; i < batch.size(); ++i) {
       prepare(batch[i]);
@@ -405,16 +417,19 @@ public:
   //! errc::invalid_argument on a QP that takes receives from an SRQ, or the errno
   //! from ibv_post_recv (ENOMEM: receive queue full).
   [[nodiscard]] std::error_code post_recv(recv_wr& w) noexcept {
-    if (state_ == qp_state::reset || has_srq_) [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    if (state_ == qp_state::reset || has_srq_) [[unlikely]]
+      return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     w.native().next = nullptr;
     ibv_recv_wr* bad = nullptr;
     return post_result(::ibv_post_recv(h_.get(), &w.native(), &bad));
   }
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
   //! Posts a batch of receives with one call.
-  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch, std::size_t* bad_index = nullptr) noexcept {
+  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch,
+                                          std::size_t* bad_index = nullptr) noexcept {
     if (bad_index != nullptr) *bad_index = 0;
-    if (state_ == qp_state::reset || has_srq_) [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    if (state_ == qp_state::reset || has_srq_) [[unlikely]]
+      return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     if (batch.empty()) return {};
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
@@ -439,7 +454,8 @@ public:
 private:
   // Largest max_inline_data the device accepts with these other sizes (binary
   // search with throwaway QPs), or nullopt when even 0 is refused.
-  static std::optional<std::uint32_t> probe_max_inline(const protection_domain& pd, const ibv_qp_init_attr& base) {
+  static std::optional<std::uint32_t> probe_max_inline(const protection_domain& pd,
+                                                       const ibv_qp_init_attr& base) {
     auto accepted = [&](std::uint32_t n) {
       ibv_qp_init_attr ia = base;
       ia.cap.max_inline_data = n;

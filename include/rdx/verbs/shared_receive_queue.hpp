@@ -19,9 +19,9 @@ namespace rdx {
 
 //! Settings of a shared receive queue.
 struct shared_receive_queue_attr {
-  std::uint32_t max_wr = 256;   //!< checked against max_srq_wr
-  std::uint32_t max_sge = 1;    //!< checked against max_sge
-  std::uint32_t limit = 0;      //!< low-water mark for IBV_EVENT_SRQ_LIMIT_REACHED (0: off)
+  std::uint32_t max_wr = 256;  //!< checked against max_srq_wr
+  std::uint32_t max_sge = 1;   //!< checked against max_sge
+  std::uint32_t limit = 0;     //!< low-water mark for IBV_EVENT_SRQ_LIMIT_REACHED (0: off)
 };
 
 //! A shared receive queue. Move-only; keeps its protection domain alive; queue
@@ -34,15 +34,18 @@ public:
     const context ctx = pd.device_context();
     device_attributes d = ctx.query_device();
     std::string obj = "shared_receive_queue on " + ctx.name();
-    if (d.max_srq == 0) detail::throw_rdx(errc::unsupported, obj + ": the device has no shared receive queues");
+    if (d.max_srq == 0)
+      detail::throw_rdx(errc::unsupported, obj + ": the device has no shared receive queues");
     if (attr.max_wr == 0) detail::throw_rdx(errc::invalid_argument, obj + ": max_wr = 0, need at least 1");
     if (attr.max_wr > static_cast<std::uint32_t>(d.max_srq_wr)) {
-      detail::throw_rdx(errc::limit_exceeded, detail::limit_message(obj, "max_wr", attr.max_wr,
-                                                                    static_cast<std::uint64_t>(d.max_srq_wr)));
+      detail::throw_rdx(
+          errc::limit_exceeded,
+          detail::limit_message(obj, "max_wr", attr.max_wr, static_cast<std::uint64_t>(d.max_srq_wr)));
     }
     if (attr.max_sge > static_cast<std::uint32_t>(d.raw.orig_attr.max_srq_sge)) {
-      detail::throw_rdx(errc::limit_exceeded, detail::limit_message(obj, "max_sge", attr.max_sge,
-                                                                    static_cast<std::uint64_t>(d.raw.orig_attr.max_srq_sge)));
+      detail::throw_rdx(errc::limit_exceeded,
+                        detail::limit_message(obj, "max_sge", attr.max_sge,
+                                              static_cast<std::uint64_t>(d.raw.orig_attr.max_srq_sge)));
     }
     ibv_srq_init_attr ia{};
     ia.attr.max_wr = attr.max_wr;

@@ -6,11 +6,12 @@
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/memory_region.hpp>
 
-#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #include <cstdint>
 #include <span>
+
+#include <arpa/inet.h>
 
 namespace rdx {
 
@@ -208,16 +209,19 @@ namespace wr {
   return send_wr::make(IBV_WR_SEND, src, ctx);
 }
 //! Send with 32-bit immediate data (host order; the receiver reads completion::imm()).
-[[nodiscard]] inline send_wr send_imm(const ibv_sge& src, std::uint32_t imm, const void* ctx = nullptr) noexcept {
+[[nodiscard]] inline send_wr send_imm(const ibv_sge& src, std::uint32_t imm,
+                                      const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
 }
-[[nodiscard]] inline send_wr send_imm(std::span<const ibv_sge> src, std::uint32_t imm, const void* ctx = nullptr) noexcept {
+[[nodiscard]] inline send_wr send_imm(std::span<const ibv_sge> src, std::uint32_t imm,
+                                      const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
 }
 [[nodiscard]] inline send_wr write(const ibv_sge& src, remote_ptr dst, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
 }
-[[nodiscard]] inline send_wr write(std::span<const ibv_sge> src, remote_ptr dst, const void* ctx = nullptr) noexcept {
+[[nodiscard]] inline send_wr write(std::span<const ibv_sge> src, remote_ptr dst,
+                                   const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
 }
 //! RDMA write that also consumes a receive at the peer, carrying imm (host order).
@@ -232,7 +236,8 @@ namespace wr {
 [[nodiscard]] inline send_wr read(const ibv_sge& dst, remote_ptr src, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
 }
-[[nodiscard]] inline send_wr read(std::span<const ibv_sge> dst, remote_ptr src, const void* ctx = nullptr) noexcept {
+[[nodiscard]] inline send_wr read(std::span<const ibv_sge> dst, remote_ptr src,
+                                  const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
 }
 //! Atomically adds add to the 8-byte remote word; the old value lands in old_value (8 bytes).
