@@ -20,3 +20,8 @@
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
+
+#include <rdx/channel/channel.hpp>
+#include <rdx/channel/connection.hpp>
+#include <rdx/channel/exchange.hpp>
+#include <rdx/channel/window.hpp>
