@@ -1,4 +1,5 @@
 // GPU to RDMA device topology over fake sysfs trees: no GPU needed.
+#include <rdx/cuda/nic_probe.hpp>
 #include <rdx/cuda/topology.hpp>
 
 #include <catch2/catch.hpp>
@@ -170,4 +171,15 @@ TEST_CASE("bad addresses and missing GPUs are clear errors", "[topology]") {
     REQUIRE(e.code() == rdx::errc::no_device);
     REQUIRE(std::string(e.what()).find("0000:99:00.0") != std::string::npos);
   }
+}
+
+TEST_CASE("peermem's version files are read from the sysfs root given", "[topology]") {
+  fake_sysfs s;
+  REQUIRE_FALSE(rdx::cuda::read_peermem(s.root()).loaded());
+  fs::create_directories(s.root() / "module/nvidia_peermem");
+  std::ofstream(s.root() / "module/nvidia_peermem/version") << "580.00\n";
+  const auto pm = rdx::cuda::read_peermem(s.root());
+  REQUIRE(pm.loaded());
+  REQUIRE(pm.nvidia_peermem_version == "580.00");
+  REQUIRE(pm.nv_mem_version.empty());
 }

@@ -5,6 +5,7 @@
 #include <rdx/cuda/check.hpp>
 #include <rdx/cuda/detail/driver.hpp>
 #include <rdx/cuda/memory.hpp>
+#include <rdx/cuda/nic_probe.hpp>
 #include <rdx/cuda/topology.hpp>
 
 #include <infiniband/verbs.h>
@@ -19,37 +20,6 @@
 #include <unistd.h>
 
 namespace rdx::cuda {
-
-//! How GPU memory reaches the RDMA device: registered directly (dma-buf or
-//! peermem), or copied through pinned host buffers (staged).
-enum class gpu_path {
-  automatic,  //!< let rdx choose: dma_buf, else peermem, else staged
-  dma_buf,    //!< ibv_reg_dmabuf_mr over a dma-buf exported by the CUDA driver
-  peermem,    //!< ibv_reg_mr on the device pointer, through nvidia_peermem
-  staged,     //!< cudaMemcpyAsync through pinned host bounce buffers
-};
-
-[[nodiscard]] constexpr std::string_view to_string(gpu_path p) noexcept {
-  switch (p) {
-    case gpu_path::automatic: return "automatic";
-    case gpu_path::dma_buf: return "dma-buf";
-    case gpu_path::peermem: return "peermem";
-    case gpu_path::staged: return "staged";
-  }
-  return "unknown";
-}
-
-//! Three-valued answer: a check that could not run says unknown, never no.
-enum class support { yes, no, unknown };
-
-[[nodiscard]] constexpr std::string_view to_string(support s) noexcept {
-  switch (s) {
-    case support::yes: return "yes";
-    case support::no: return "no";
-    case support::unknown: return "unknown";
-  }
-  return "unknown";
-}
 
 //! What was checked for one GPU (and the RDMA device nearest to it).
 struct gpudirect_report {
@@ -146,35 +116,6 @@ inline int device_attribute(int device, int attribute) {
   return v;
 }
 
-//! The kernel half of the dma-buf check, over an opened device context.
-inline void probe_kernel_dmabuf(ibv_context* ctx, gpudirect_report& r) {
-  ibv_pd* pd = ibv_alloc_pd(ctx);
-  if (pd == nullptr) {
-    r.kernel_dmabuf_mr = support::unknown;
-    r.kernel_dmabuf_detail = std::string("ibv_alloc_pd failed: ") + std::strerror(errno);
-    return;
-  }
-  errno = 0;
-  ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
-  const int err = errno;
-  if (mr != nullptr) {
-    (void)ibv_dereg_mr(mr);
-    r.kernel_dmabuf_mr = support::unknown;
-    r.kernel_dmabuf_detail = "ibv_reg_dmabuf_mr accepted fd -1 (unexpected)";
-  } else if (err == EBADF) {
-    r.kernel_dmabuf_mr = support::yes;
-    r.kernel_dmabuf_detail = "EBADF for fd -1: kernel and driver take dma-buf";
-  } else if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT) {
-    r.kernel_dmabuf_mr = support::no;
-    r.kernel_dmabuf_detail = std::string(std::strerror(err)) +
-                             " for fd -1: this kernel, NIC driver or rdma-core lacks dma-buf registration";
-  } else {
-    r.kernel_dmabuf_mr = support::unknown;
-    r.kernel_dmabuf_detail = std::string("unexpected errno for fd -1: ") + std::strerror(err);
-  }
-  if (int e = ibv_dealloc_pd(pd); e != 0) rdx::detail::report_destroy_failure("ibv_dealloc_pd", e);
-}
-
 //! dma-buf export of a fresh allocation: the driver half of the dma-buf check.
 inline void probe_dma_buf_export(int device, gpudirect_report& r) {
   try {
@@ -226,11 +167,14 @@ struct device_list_deleter {
     r.dma_buf_export = support::no;
     r.dma_buf_export_detail = "DMA_BUF_SUPPORTED is 0 (driver too old, or the proprietary kernel module)";
   }
-  r.nv_mem_version = detail::read_first_line(sysfs_root / "kernel/mm/memory_peers/nv_mem/version");
-  r.nvidia_peermem_version = detail::read_first_line(sysfs_root / "module/nvidia_peermem/version");
+  const auto pm = read_peermem(sysfs_root);
+  r.nv_mem_version = pm.nv_mem_version;
+  r.nvidia_peermem_version = pm.nvidia_peermem_version;
   if (ctx != nullptr) {
     r.rdma_device = ibv_get_device_name(ctx->device);
-    detail::probe_kernel_dmabuf(ctx, r);
+    const auto k = probe_kernel_dmabuf(ctx);
+    r.kernel_dmabuf_mr = k.answer;
+    r.kernel_dmabuf_detail = k.detail;
   } else {
     r.kernel_dmabuf_detail = "not checked: no RDMA device";
   }

@@ -178,9 +178,8 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
   if (mr == nullptr) {
     const int err = errno != 0 ? errno : EINVAL;
     why = "ibv_reg_mr on device memory: " + errno_text(err);
-    const bool nv_mem = !read_first_line("/sys/kernel/mm/memory_peers/nv_mem/version").empty();
-    const bool module = !read_first_line("/sys/module/nvidia_peermem/version").empty();
-    if (!nv_mem && !module) why += "; nvidia_peermem is not loaded (no /sys/module/nvidia_peermem/version)";
+    if (!read_peermem().loaded())
+      why += "; nvidia_peermem is not loaded (no /sys/module/nvidia_peermem/version)";
   }
   return mr;
 }

@@ -1,0 +1,105 @@
+// rdx::cuda: the NIC and kernel side of GPUDirect RDMA, which needs no CUDA:
+// whether ibv_reg_dmabuf_mr works on a device, and whether nvidia_peermem is
+// loaded. rdx/cuda/probe.hpp adds the GPU side.
+#pragma once
+
+#include <rdx/cuda/topology.hpp>
+#include <rdx/error.hpp>
+
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace rdx::cuda {
+
+//! How GPU memory reaches the RDMA device: registered directly (dma-buf or
+//! peermem), or copied through pinned host buffers (staged).
+enum class gpu_path {
+  automatic,  //!< let rdx choose: dma_buf, else peermem, else staged
+  dma_buf,    //!< ibv_reg_dmabuf_mr over a dma-buf exported by the CUDA driver
+  peermem,    //!< ibv_reg_mr on the device pointer, through nvidia_peermem
+  staged,     //!< cudaMemcpyAsync through pinned host bounce buffers
+};
+
+[[nodiscard]] constexpr std::string_view to_string(gpu_path p) noexcept {
+  switch (p) {
+    case gpu_path::automatic: return "automatic";
+    case gpu_path::dma_buf: return "dma-buf";
+    case gpu_path::peermem: return "peermem";
+    case gpu_path::staged: return "staged";
+  }
+  return "unknown";
+}
+
+//! Three-valued answer: a check that could not run says unknown, never no.
+enum class support { yes, no, unknown };
+
+[[nodiscard]] constexpr std::string_view to_string(support s) noexcept {
+  switch (s) {
+    case support::yes: return "yes";
+    case support::no: return "no";
+    case support::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+//! An answer and the evidence for it.
+struct probe_answer {
+  support answer = support::unknown;
+  std::string detail;
+};
+
+//! Whether the kernel and the device's driver register dma-bufs: calls
+//! ibv_reg_dmabuf_mr with fd -1 on a scratch protection domain. EBADF means
+//! the call reached the dma-buf layer (supported); EOPNOTSUPP means the
+//! driver, kernel or rdma-core has no dma-buf registration.
+[[nodiscard]] inline probe_answer probe_kernel_dmabuf(ibv_context* ctx) {
+  probe_answer r;
+  if (ctx == nullptr) {
+    r.detail = "not checked: no RDMA device";
+    return r;
+  }
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (pd == nullptr) {
+    r.detail = std::string("ibv_alloc_pd failed: ") + std::strerror(errno);
+    return r;
+  }
+  errno = 0;
+  ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+  const int err = errno;
+  if (mr != nullptr) {
+    (void)ibv_dereg_mr(mr);
+    r.detail = "ibv_reg_dmabuf_mr accepted fd -1 (unexpected)";
+  } else if (err == EBADF) {
+    r.answer = support::yes;
+    r.detail = "EBADF for fd -1: kernel and driver take dma-buf";
+  } else if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT) {
+    r.answer = support::no;
+    r.detail = std::string(std::strerror(err)) +
+               " for fd -1: this kernel, NIC driver or rdma-core lacks dma-buf registration";
+  } else {
+    r.detail = std::string("unexpected errno for fd -1: ") + std::strerror(err);
+  }
+  if (int e = ibv_dealloc_pd(pd); e != 0) rdx::detail::report_destroy_failure("ibv_dealloc_pd", e);
+  return r;
+}
+
+//! The peermem module's version files ("" where absent).
+struct peermem_status {
+  std::string nv_mem_version;          //!< <sysfs>/kernel/mm/memory_peers/nv_mem/version
+  std::string nvidia_peermem_version;  //!< <sysfs>/module/nvidia_peermem/version
+  [[nodiscard]] bool loaded() const noexcept {
+    return !nv_mem_version.empty() || !nvidia_peermem_version.empty();
+  }
+};
+
+[[nodiscard]] inline peermem_status read_peermem(const std::filesystem::path& sysfs_root = "/sys") {
+  return {detail::read_first_line(sysfs_root / "kernel/mm/memory_peers/nv_mem/version"),
+          detail::read_first_line(sysfs_root / "module/nvidia_peermem/version")};
+}
+
+}  // namespace rdx::cuda
