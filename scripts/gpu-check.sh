@@ -56,7 +56,7 @@ else
 fi
 
 echo "== tests"
-(cd "$BUILD" && ctest -R '^cuda_' --output-on-failure -V) >"$OUT/ctest.log" 2>&1
+(cd "$BUILD" && ctest -R '^cuda_' -LE rdma --output-on-failure -V) >"$OUT/ctest.log" 2>&1
 for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test; do
   line=$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $t " "$OUT/ctest.log" | tail -1)
   if [[ $line == *Passed* ]]; then r="passed"
