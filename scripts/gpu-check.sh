@@ -95,6 +95,14 @@ while read -r l; do
   row "  ${l%%D2H*}" "D2H${l#*D2H}"
 done < <(grep '^RESULT' "$OUT/throughput.log" | sed 's/^RESULT //')
 
+# A smaller transfer at the default chunk and depth, for the record.
+cmd2="$BUILD/tests/cuda/cuda_staging_throughput 256 $REPS 4096"
+echo "\$ $cmd2" | tee -a "$OUT/throughput.log"
+$cmd2 2>&1 | grep -E 'RESULT staged.*depth 2|RESULT plain' | sed 's/^RESULT /RESULT256 /' | tee -a "$OUT/throughput.log"
+while read -r l; do
+  row "  256 MiB ${l%%D2H*}" "D2H${l#*D2H}"
+done < <(grep '^RESULT256' "$OUT/throughput.log" | sed 's/^RESULT256 //')
+
 echo "== gpu_pingpong"
 "$BUILD/examples/gpu_pingpong/gpu_pingpong" --size 256M --iters 5 >"$OUT/pingpong.log" 2>&1
 rc=$?
