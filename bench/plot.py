@@ -26,7 +26,7 @@ RDX_PT_LAT_MAX = 1.05
 
 MIB = 1048576 / 1e6       # perftest's MB/sec is MiB/s; figures here are MB/s (10^6 B/s)
 
-NAME = re.compile(r"^(fabric|micro)/([a-z_]+)/(raw|rdx)(?:/size:(\d+))?(?:/depth:(\d+))?(?:/batch:(\d+))?")
+NAME = re.compile(r"^(fabric|micro)/([a-z_]+)/(raw|rdx)(?:/size:(\d+))?(?:/depth:(\d+))?(?:/qps:(\d+))?(?:/batch:(\d+))?")
 PT_FILE = re.compile(r"^([a-z]+_(?:bw|lat))_s(\d+)_d(\d+)_r(\d+)\.txt$")
 PT_BW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 PT_LAT = re.compile(r"^\s*(\d+)\s+(\d+)(\s+[\d.]+){7}\s*$")
@@ -36,31 +36,53 @@ def to_ns(value, unit):
     return value * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
 
 
+def kind_of(op):
+    return "bw" if "_bw" in op else ("lat" if "_lat" in op else "micro")
+
+
+# Which plain-verbs twin and which perftest program each figure is read against.
+def raw_twin(op):
+    return {"chan_send_bw": "send_bw", "chan_send_lat": "send_lat"}.get(op, op)
+
+
+def perftest_twin(op):
+    base = op.removesuffix("_2qp")
+    return {"window_write_bw": "write_bw", "window_read_bw": "read_bw", "window_read_lat": "read_lat",
+            "chan_send_bw": "send_bw", "chan_send_lat": "send_lat"}.get(base, base)
+
+
 def load_rdx(out):
-    """(source, op, size, depth) -> list of figures; and errors."""
-    samples, errors = defaultdict(list), []
-    path = out / "rdx_bench.json"
-    if not path.exists():
-        return samples, [f"{path} missing (rdx_bench did not finish)"], {}
-    data = json.loads(path.read_text())
-    for b in data.get("benchmarks", []):
-        if b.get("run_type", "iteration") != "iteration":
+    """(source, op, size, depth) -> list of figures (every round and repetition); errors; context."""
+    samples, errors, context = defaultdict(list), [], {}
+    paths = sorted(out.glob("rdx_bench*.json"))
+    if not paths:
+        return samples, [f"no rdx_bench*.json in {out} (rdx_bench did not finish)"], {}
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as e:
+            errors.append(f"{path.name}: {e}")
             continue
-        m = NAME.match(b.get("run_name") or b["name"])
-        if not m:
-            continue
-        kind, what, api, size, depth, batch = m.groups()
-        if b.get("error_occurred"):
-            errors.append(f"{b['name']}: {b.get('error_message')}")
-            continue
-        if kind == "fabric":
-            value = b["MBps"] if what.endswith("_bw") else b["lat_us"]
-            key = (api, what, int(size), int(depth or 1))
-        else:
-            value = to_ns(b["real_time"], b.get("time_unit", "ns"))
-            key = (api, "micro_" + what, int(batch or 0), 0)
-        samples[key].append(value)
-    return samples, errors, data.get("context", {})
+        context = data.get("context", context)
+        for b in data.get("benchmarks", []):
+            if b.get("run_type", "iteration") != "iteration":
+                continue
+            m = NAME.match(b.get("run_name") or b["name"])
+            if not m:
+                continue
+            kind, what, api, size, depth, qps, batch = m.groups()
+            if b.get("error_occurred"):
+                errors.append(f"{path.name}: {b['name']}: {b.get('error_message')}")
+                continue
+            if kind == "fabric":
+                value = b["MBps"] if "_bw" in what else b["lat_us"]
+                op = what + ("_2qp" if qps == "2" else "")
+                key = (api, op, int(size), int(depth or 1))
+            else:
+                value = to_ns(b["real_time"], b.get("time_unit", "ns"))
+                key = (api, "micro_" + what, int(batch or 0), 0)
+            samples[key].append(value)
+    return samples, errors, context
 
 
 def load_perftest(out):
@@ -78,7 +100,10 @@ def load_perftest(out):
             if op.endswith("_bw"):
                 lm = PT_BW.match(line)
                 if lm and int(lm.group(1)) == size:
-                    value = float(lm.group(4)) * MIB          # BW average
+                    # The message rate (6 decimals) keeps precision where the
+                    # MiB/s column (2 decimals) rounds small messages to 0.
+                    rate = float(lm.group(5))
+                    value = rate * size if rate > 0 else float(lm.group(4)) * MIB
                     break
             else:
                 lm = PT_LAT.match(line)
@@ -116,7 +141,7 @@ def main():
     # Every figure.
     rows = []
     for (source, op, size, depth), values in sorted(samples.items()):
-        unit = "MB/s" if op.endswith("_bw") else ("us" if op.endswith("_lat") else "ns")
+        unit = {"bw": "MB/s", "lat": "us", "micro": "ns"}[kind_of(op)]
         rows.append({"source": source, "op": op, "size": size, "depth": depth, "unit": unit, **summary(values),
                      "values": values})
     with open(out / "figures.csv", "w", newline="") as f:
@@ -127,21 +152,27 @@ def main():
                         f"{r['min']:.6g}", f"{r['max']:.6g}", r["n"]])
 
     # Ratios and targets.
-    configs = sorted({(op, size, depth) for (_, op, size, depth) in samples})
+    order = lambda c: (kind_of(c[0]) == "micro", c[0].startswith(("window", "chan")), kind_of(c[0]), c[0], c[2], c[1])
+    configs = sorted({(op, size, depth) for (src, op, size, depth) in samples if src != "perftest"}, key=order)
     table, misses, checked = [], [], 0
     lines = []
-    hdr = f"{'figure':<28}{'rdx':>11}{'raw':>11}{'perftest':>11}{'rdx/raw':>9}{'noise':>7}{'rdx/pt':>8}  targets"
+    hdr = (f"{'figure':<30}{'rdx':>10}{'raw':>10}{'perftest':>10}{'rdx/raw':>9}{'best':>7}{'noise':>7}"
+           f"{'rdx/pt':>8}  targets")
     lines.append(hdr)
-    lines.append("-" * len(hdr))
+    lines.append("-" * (len(hdr) + 30))
     for op, size, depth in configs:
-        get = lambda s: samples.get((s, op, size, depth))
-        r, w, p = get("rdx"), get("raw"), get("perftest")
+        r = samples.get(("rdx", op, size, depth))
+        w = samples.get(("raw", raw_twin(op), size, depth))
+        p = samples.get(("perftest", perftest_twin(op), size, depth))
         med = lambda v: statistics.median(v) if v else None
         mr, mw, mp = med(r), med(w), med(p)
         rr = mr / mw if mr and mw else None
         rp = mr / mp if mr and mp else None
+        kind = kind_of(op)
+        bw, lat = kind == "bw", kind == "lat"
+        best_of = max if bw else min
+        rb = best_of(r) / best_of(w) if r and w and best_of(w) else None
         noise = max(spread(r or []), spread(w or []))
-        bw, lat = op.endswith("_bw"), op.endswith("_lat")
         checks = []
 
         def check(name, ok, within_noise=False):
@@ -150,31 +181,38 @@ def main():
             verdict = "ok" if ok else ("MISS~" if within_noise else "MISS")
             checks.append(f"{name} {verdict}")
             if not ok:
-                misses.append({"op": op, "size": size, "depth": depth, "target": name,
-                               "rdx_raw": rr, "rdx_perftest": rp, "noise": noise, "within_noise": within_noise})
+                misses.append({"op": op, "size": size, "depth": depth, "target": name, "rdx": mr, "raw": mw,
+                               "perftest": mp, "rdx_raw": rr, "rdx_raw_best": rb, "rdx_perftest": rp,
+                               "noise": noise, "within_noise": within_noise})
 
+        # Within noise: the best runs meet the target, or the miss is inside the spread of the runs.
         if rr is not None and bw:
-            check(f"raw>={RDX_RAW_BW_MIN}", rr >= RDX_RAW_BW_MIN, rr >= 1 - noise)
+            check(f"raw>={RDX_RAW_BW_MIN}", rr >= RDX_RAW_BW_MIN,
+                  (rb or 0) >= RDX_RAW_BW_MIN or rr >= 1 - noise)
         if rr is not None and lat:
-            check(f"raw<={RDX_RAW_LAT_MAX}", rr <= RDX_RAW_LAT_MAX, rr <= 1 + noise)
+            check(f"raw<={RDX_RAW_LAT_MAX}", rr <= RDX_RAW_LAT_MAX,
+                  (rb or 9) <= RDX_RAW_LAT_MAX or rr <= 1 + noise)
         if rp is not None and bw and size >= PT_BW_FROM:
             check("pt>=1", rp >= RDX_PT_BW_MIN)
         if rp is not None and lat:
             check(f"pt<={RDX_PT_LAT_MAX}", rp <= RDX_PT_LAT_MAX)
-        unit = "MB/s" if bw else ("us" if lat else "ns")
+        unit = {"bw": "MB/s", "lat": "us", "micro": "ns"}[kind]
         name = f"{op} {size}" + (f" d{depth}" if bw else "")
-        fmt = lambda v: f"{v:11.4g}" if v is not None else f"{'-':>11}"
-        fr = lambda v: f"{v:9.3f}" if v is not None else f"{'-':>9}"
-        fp = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8}"
-        lines.append(f"{name:<28}{fmt(mr)}{fmt(mw)}{fmt(mp)}{fr(rr)}{noise * 100:6.1f}%{fp(rp)}  {', '.join(checks)}")
+        fmt = lambda v: f"{v:10.4g}" if v is not None else f"{'-':>10}"
+        fr = lambda v, n=9: f"{v:{n}.3f}" if v is not None else f"{'-':>{n}}"
+        lines.append(f"{name:<30}{fmt(mr)}{fmt(mw)}{fmt(mp)}{fr(rr)}{fr(rb, 7)}{noise * 100:6.0f}%{fr(rp, 8)}  "
+                     f"{', '.join(checks)}")
         table.append({"op": op, "size": size, "depth": depth, "unit": unit, "rdx": mr, "raw": mw, "perftest": mp,
-                      "rdx_raw": rr, "rdx_perftest": rp, "noise": noise, "checks": checks})
+                      "rdx_raw": rr, "rdx_raw_best": rb, "rdx_perftest": rp, "noise": noise, "checks": checks,
+                      "runs": len(r or [])})
 
     print()
     print(f"Fabric: {context.get('rdx_mode', '?')} on {context.get('rdx_device', '?')}; "
           "bandwidth in MB/s (10^6 B/s), latency in us (median; write and send: half a round trip), micro in ns")
-    print("rdx/raw: rdx over its plain-verbs twin (same QP, same run); noise: half the relative range of the "
-          "repetitions; MISS~: missed, but within that noise")
+    print("rdx/raw: medians of rdx over its plain-verbs twin (same queue settings, back to back, every round); "
+          "best: best run over best run;\nnoise: half the relative range of the runs; MISS~: missed by the medians, "
+          "but the best runs meet it or the miss lies inside the noise.\nchan_send_* are read against raw send_*, "
+          "window_* against raw verbs on queue pairs of the same depth, and perftest's write/read/send")
     print("\n".join(lines))
     print(f"\ntargets: {checked - len(misses)} of {checked} met; {len(misses)} missed "
           f"({sum(m['within_noise'] for m in misses)} within noise)")
@@ -207,12 +245,12 @@ def plot(out, samples, context):
     fig, (ax_bw, ax_lat) = plt.subplots(1, 2, figsize=(13, 5))
     series = defaultdict(list)
     for (source, op, size, depth), values in samples.items():
-        if op.startswith("micro"):
+        if kind_of(op) == "micro" or op.startswith(("window", "chan")):
             continue
         series[(source, op, depth)].append((size, statistics.median(values)))
     for (source, op, depth), pts in sorted(series.items()):
         pts.sort()
-        ax = ax_bw if op.endswith("_bw") else ax_lat
+        ax = ax_bw if kind_of(op) == "bw" else ax_lat
         ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[source], color=colors[op.split("_")[0]],
                 marker=markers.get(depth, "s"), markersize=4, linewidth=1.4 if source == "rdx" else 1.1)
     for ax, title, ylabel in ((ax_bw, "Bandwidth", "MB/s"), (ax_lat, "Latency (median)", "us")):

@@ -33,13 +33,18 @@ struct options {
   std::uint64_t lat_iters = 200;
   std::uint16_t port = 18600;
   std::string mode = "auto";            // auto, loopback, twonode
+  bool rdx_first = false;               // run each rdx benchmark before its raw twin
 };
 
 options opt;
 bool plan_only = false;
 std::unique_ptr<fabric> g_fabric;   // the fabric the fabric/ benchmarks use
 std::unique_ptr<fabric> g_micro;    // a small loopback pair for micro/
-std::map<std::string, double> g_raw;  // twin key -> the raw twin's latest figure
+struct twin_figures {
+  double raw = 0;
+  double rdx = 0;
+};
+std::map<std::string, twin_figures> g_twin;  // twin key -> each twin's latest figure
 
 std::vector<std::size_t> parse_sizes(std::string_view s) {
   std::vector<std::size_t> out;
@@ -107,6 +112,10 @@ void parse_options(int& argc, char** argv) {
     else if (auto v = value("--rdx_port")) opt.port = static_cast<std::uint16_t>(parse_u64("--rdx_port", *v));
     else if (auto v = value("--rdx_mode")) opt.mode = std::string(*v);
     else if (a == "--rdx_plan") plan_only = true;
+    else if (auto v = value("--rdx_order")) {
+      if (*v != "raw_first" && *v != "rdx_first") throw std::invalid_argument("--rdx_order: raw_first or rdx_first");
+      opt.rdx_first = *v == "rdx_first";
+    }
     else if (a == "--rdx_help") {
       std::printf(
           "rdx_bench options (besides Google Benchmark's):\n"
@@ -118,6 +127,7 @@ void parse_options(int& argc, char** argv) {
           "  --rdx_lat_bytes=N --rdx_lat_iters=N    bytes and iteration cap per latency run\n"
           "  --rdx_mode=auto|loopback|twonode       auto: two nodes when RDX_PEER_ADDR is set\n"
           "  --rdx_port=N                  TCP port of the two-node bootstrap (default 18600); env RDX_BENCH_PORT\n"
+          "  --rdx_order=raw_first|rdx_first  which twin runs first (alternate it between rounds)\n"
           "  --rdx_plan                    print the fabric runs (op size depth messages), one a line, and exit\n");
       std::exit(0);
     } else {
@@ -144,17 +154,26 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-//! Records a raw figure, or sets an rdx run's ratio counter (rdx / raw) against
-//! the raw twin's latest run (Google Benchmark runs the final, reported run of
-//! a benchmark last). bench/plot.py recomputes ratios from medians of repetitions.
+//! Records a figure; the second twin of a pair to run gets the ratio counter
+//! vs_raw = rdx / raw against the other's latest run (Google Benchmark runs
+//! the final, reported run of a benchmark last). bench/plot.py recomputes the
+//! ratios from all repetitions and rounds.
+//! Tag for channel benchmarks: their twin is the verbs-level raw run of the
+//! same size (read, never overwritten).
+struct chan_api {};
+
 template <class Api>
 void twin(benchmark::State& state, const std::string& key, double figure) {
-  if constexpr (std::is_same_v<Api, raw_api>) {
-    g_raw[key] = figure;
-  } else {
-    auto it = g_raw.find(key);
-    if (it != g_raw.end() && it->second > 0) state.counters["vs_raw"] = figure / it->second;
+  if constexpr (std::is_same_v<Api, chan_api>) {
+    auto it = g_twin.find(key);
+    if (it != g_twin.end() && it->second.raw > 0) state.counters["vs_raw"] = figure / it->second.raw;
+    return;
   }
+  constexpr bool is_rdx = std::is_same_v<Api, rdx_api>;
+  auto& pair = g_twin[key];
+  (is_rdx ? pair.rdx : pair.raw) = figure;
+  const bool second = is_rdx != opt.rdx_first;
+  if (second && pair.rdx > 0 && pair.raw > 0) state.counters["vs_raw"] = pair.rdx / pair.raw;
 }
 
 template <class Api, class Run>
@@ -297,8 +316,11 @@ std::string size_name(std::size_t s) { return std::to_string(s); }
 
 template <class F>
 void reg_twins(const std::string& group, const std::string& suffix, F&& make, bool manual) {
-  // Raw first, so each rdx run has its twin's figure for the ratio counter.
-  for (std::string_view api : {raw_api::name, rdx_api::name}) {
+  // Twins run back to back, so both see the same load; raw first gives each
+  // rdx run its twin's figure for the ratio counter.
+  const std::string_view first = opt.rdx_first ? rdx_api::name : raw_api::name;
+  const std::string_view second = opt.rdx_first ? raw_api::name : rdx_api::name;
+  for (std::string_view api : {first, second}) {
     const std::string name = group + "/" + std::string(api) + suffix;
     auto* b = benchmark::RegisterBenchmark(name.c_str(), make(api == rdx_api::name, group + suffix));
     if (manual) b->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
@@ -387,7 +409,7 @@ void register_all(bool have_device) {
       const std::uint64_t n = bw_count(size, depth);
       const std::string name = "fabric/chan_send_bw/rdx" + suffix;
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-        bw_bench<rdx_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1, "fabric/send_bw" + suffix);
+        bw_bench<chan_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1, "fabric/send_bw" + suffix);
       })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
     }
   }
@@ -397,7 +419,7 @@ void register_all(bool have_device) {
     const std::uint64_t n = lat_count(size);
     const std::string name = "fabric/chan_send_lat/rdx" + suffix;
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-      lat_bench<rdx_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); }, size, "fabric/send_lat" + suffix);
+      lat_bench<chan_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); }, size, "fabric/send_lat" + suffix);
     })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
   }
 }

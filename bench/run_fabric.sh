@@ -12,8 +12,9 @@
 #
 # Options:
 #   --sizes LIST     message sizes: default, all, or a list such as 8,4K,1M
-#   --reps N         repetitions of every rdx_bench run, interleaved (default 3)
-#   --perftest-reps N  repetitions of every perftest run (default 1)
+#   --rounds N       rounds of (rdx_bench, perftest) in the same VMs (default 2);
+#                    twins run back to back, raw first in odd rounds, rdx first in even
+#   --reps N         repetitions of every rdx_bench run within a round (default 1)
 #   --out DIR        results folder (default build-bench/fabric-results/<UTC time>)
 #   --build DIR      build folder (default build-bench)
 #   --no-build       use the existing rdx_bench
@@ -30,23 +31,29 @@ if [[ "${1:-}" == "--in-vm" ]]; then
   out=$2
   bench=$3
   read -r -a bench_args < "$out/rdx_bench.args"
+  rounds=$(cat "$out/rounds")
   dev=${RDX_DEVICE:-rxe0}
-  if [[ "$RDX_NODE" == 0 ]]; then
-    "$bench" "${bench_args[@]}" --benchmark_out="$out/rdx_bench.json" --benchmark_out_format=json \
-      --benchmark_color=false > "$out/rdx_bench.txt" 2> "$out/rdx_bench.err" || {
-        echo "rdx_bench client failed (status $?):"; cat "$out/rdx_bench.err"; exit 1; }
-    cat "$out/rdx_bench.txt"
-  else
-    "$bench" "${bench_args[@]}" > "$out/responder.txt" 2>&1 || {
-      echo "rdx_bench responder failed (status $?):"; cat "$out/responder.txt"; exit 1; }
-  fi
-
-  # perftest, one process pair per figure, a distinct port each.
   mkdir -p "$out/perftest"
-  port=19000
-  reps=$(cat "$out/perftest.reps")
-  while read -r op size depth count; do
-    for ((rep = 0; rep < reps; rep++)); do
+  for ((round = 1; round <= rounds; round++)); do
+    # rdx_bench: twins back to back; which one goes first alternates by round.
+    order=raw_first
+    ((round % 2 == 0)) && order=rdx_first
+    port=$((18600 + round))
+    if [[ "$RDX_NODE" == 0 ]]; then
+      echo "round $round of $rounds: rdx_bench ($order)"
+      "$bench" "${bench_args[@]}" --rdx_order=$order --rdx_port=$port \
+        --benchmark_out="$out/rdx_bench_r$round.json" --benchmark_out_format=json --benchmark_color=false \
+        > "$out/rdx_bench_r$round.txt" 2> "$out/rdx_bench_r$round.err" || {
+          echo "rdx_bench client failed (status $?):"; cat "$out/rdx_bench_r$round.err"; exit 1; }
+    else
+      "$bench" "${bench_args[@]}" --rdx_port=$port > "$out/responder_r$round.txt" 2>&1 || {
+        echo "rdx_bench responder failed (status $?):"; cat "$out/responder_r$round.txt"; exit 1; }
+    fi
+
+    # perftest: one process pair per figure, a distinct port each.
+    [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: perftest"
+    port=$((19000 + 200 * round))
+    while read -r op size depth count; do
       port=$((port + 1))
       tool=ib_$op
       args=(-d "$dev" -x 1 -F -s "$size" -n "$count" -p "$port")
@@ -59,7 +66,7 @@ if [[ "${1:-}" == "--in-vm" ]]; then
       esac
       # The same inline threshold as rdx's default (64 B) for writes and sends.
       [[ $op != read_* ]] && args+=(-I 64)
-      log="$out/perftest/${op}_s${size}_d${depth}_r${rep}.txt"
+      log="$out/perftest/${op}_s${size}_d${depth}_r${round}.txt"
       if [[ "$RDX_NODE" == 0 ]]; then
         echo "${tool} ${args[*]} $RDX_PEER_ADDR" > "$log"
         ok=0
@@ -73,8 +80,8 @@ if [[ "${1:-}" == "--in-vm" ]]; then
       else
         timeout 300 "$tool" "${args[@]}" > "$log.server" 2>&1 || echo "perftest server $tool size $size failed"
       fi
-    done
-  done < "$out/plan.txt"
+    done < "$out/plan.txt"
+  done
   exit 0
 fi
 
@@ -82,8 +89,8 @@ fi
 # On the host.
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 sizes=default
-reps=3
-ptreps=1
+reps=1
+rounds=2
 out=""
 build=$root/build-bench
 do_build=1
@@ -93,7 +100,7 @@ while (($#)); do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    --perftest-reps) ptreps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -119,18 +126,17 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # Counts sized for two TCG VMs (about 5 to 15 MB/s, milliseconds per round trip).
-bench_args=(--rdx_sizes="$sizes" --rdx_bw_bytes=4194304 --rdx_bw_max_msgs=256 --rdx_lat_bytes=8388608
-            --rdx_lat_iters=50 --benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true
-            --benchmark_min_time=0.05 "${extra[@]}")
+bench_args=(--rdx_sizes="$sizes" --rdx_bw_bytes=2097152 --rdx_bw_max_msgs=128 --rdx_lat_bytes=8388608
+            --rdx_lat_iters=40 --benchmark_repetitions="$reps" --benchmark_min_time=0.05 "${extra[@]}")
 echo "${bench_args[*]}" > "$out/rdx_bench.args"
-echo "$ptreps" > "$out/perftest.reps"
+echo "$rounds" > "$out/rounds"
 "$bench" "${bench_args[@]}" --rdx_plan > "$out/plan.txt"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "host: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo unknown)"
-  echo "rdx_bench ${bench_args[*]}"
+  echo "rdx_bench ${bench_args[*]}; rounds: $rounds"
 } > "$out/info.txt"
 echo "run_fabric.sh: $(wc -l < "$out/plan.txt") fabric figures x (raw, rdx, perftest); results in $out"
 
