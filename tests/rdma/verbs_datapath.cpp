@@ -302,6 +302,17 @@ TEST_CASE("event mode: an armed CQ wakes its channel") {
   // Re-armed with nothing pending: a short wait times out.
   REQUIRE(!ecq.arm());
   CHECK(ecq.wait_event(std::chrono::milliseconds(50)) == rdx::errc::timed_out);
+
+  // The channel's descriptor works for an application's own loop too.
+  REQUIRE(!b.post_recv(rdx::wr::recv(dst.sge())));
+  REQUIRE(!a.post_send(rdx::wr::send(src.sge())));
+  std::error_code gec;
+  ibv_cq* fired = ch.get_event(std::chrono::seconds(20), gec);
+  INFO(gec.message());
+  CHECK(fired == ecq.native_handle());
+  CHECK(ecq.poll(out) == 1);
+  CHECK(out[0].ok());
+  CHECK(pcq.poll(out) >= 0);
 }
 
 TEST_CASE("UD send and receive through an address handle") {

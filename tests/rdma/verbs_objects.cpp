@@ -48,6 +48,14 @@ TEST_CASE("devices open by name, by netdev and by default") {
   CHECK(list.find(name) != nullptr);
   CHECK(rdx::context::open(name).name() == name);
 
+  // Without RDX_DEVICE: the first device with an ACTIVE port.
+  const char* env = std::getenv("RDX_DEVICE");
+  std::string saved = env != nullptr ? env : "";
+  ::unsetenv("RDX_DEVICE");
+  auto first = rdx::context::open_default();
+  CHECK(first.first_active_port() != 0);
+  if (env != nullptr) ::setenv("RDX_DEVICE", saved.c_str(), 1);
+
   // The netdev of the chosen GID entry opens the same device.
   auto table = rdx::gid_table(def, def.default_port());
   std::string netdev;
