@@ -54,4 +54,6 @@ void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx:
 #endif
 }
 
-int main() { return 0; }
+int main() {
+  return 0;
+}

@@ -25,7 +25,9 @@ constexpr std::size_t words = (2u << 20) / 8 + 512;  // 2 MiB + 4 KiB of uint64
 constexpr int messages = 50;
 constexpr int notes = 10;
 
-std::uint64_t pattern(std::size_t i, std::uint32_t k) { return (i * 0x9e3779b97f4a7c15ull) ^ k; }
+std::uint64_t pattern(std::size_t i, std::uint32_t k) {
+  return (i * 0x9e3779b97f4a7c15ull) ^ k;
+}
 
 void ok(rdx::operation& op, const std::string& what) {
   if (std::error_code ec = op.wait(60s)) throw std::runtime_error(what + ": " + ec.message());
@@ -83,7 +85,8 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
     auto bye = ch.send(1);
     ok(bye, "final reply");
     rdx::tcp::barrier(s, 60s);
-    std::printf("K=%u server: messages, notifications, atomics and %zu striped bytes checked\n", k, words * 8);
+    std::printf("K=%u server: messages, notifications, atomics and %zu striped bytes checked\n", k,
+                words * 8);
     return;
   }
 
@@ -99,8 +102,9 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
   }
   for (int i = 0; i < notes; ++i) {
     for (int j = 0; j <= i; ++j) src[static_cast<std::size_t>(j)] = pattern(static_cast<std::size_t>(j), 77);
-    auto n = ch.notify(w, rdx::local_span<const std::uint64_t>(src).subspan(0, static_cast<std::size_t>(i) + 1),
-                       static_cast<std::size_t>(100 * i), 0x7000u + static_cast<std::uint32_t>(i));
+    auto n =
+        ch.notify(w, rdx::local_span<const std::uint64_t>(src).subspan(0, static_cast<std::size_t>(i) + 1),
+                  static_cast<std::size_t>(100 * i), 0x7000u + static_cast<std::uint32_t>(i));
     ok(n, "notify");
   }
   auto checked = ch.receive();

@@ -23,8 +23,8 @@ namespace rdx {
 
 //! Types a channel carries: bytes the NIC may copy.
 template <class T>
-concept message_type = std::is_object_v<T> && std::is_trivially_copyable_v<T> && !std::is_const_v<T> &&
-                       !std::is_volatile_v<T>;
+concept message_type =
+    std::is_object_v<T> && std::is_trivially_copyable_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T>;
 
 //! What co_await on a receive gives: the message, or the error that ended it.
 template <message_type T>
@@ -69,7 +69,8 @@ public:
   //! Sends one value (copied before return: inline, or into a registered
   //! staging buffer). Waits, polling, while the peer has no free buffer.
   [[nodiscard]] operation send(const T& v) noexcept {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) { conn_->start_send(op, &v, sizeof(T)); });
+    return operation(operation::start_tag{}, *conn_,
+                     [&](operation& op) { conn_->start_send(op, &v, sizeof(T)); });
   }
   //! Sends values as one message; more than message_size() bytes fails
   //! with errc::limit_exceeded, none with errc::invalid_argument.
@@ -92,9 +93,9 @@ public:
   //! peer's next_notification(), in order with other notifications. Uses one
   //! flow-control credit, like a message.
   template <class U, rights R>
-    requires(has(R, rights::write))
-  [[nodiscard]] operation notify(remote_window<U, R>& w, std::type_identity_t<local_span<const U>> src,
-                                 std::size_t offset, std::uint32_t tag) noexcept {
+  requires(has(R, rights::write)) [[nodiscard]] operation
+      notify(remote_window<U, R>& w, std::type_identity_t<local_span<const U>> src, std::size_t offset,
+             std::uint32_t tag) noexcept {
     return operation(operation::start_tag{}, *conn_, [&](operation& op) {
       if (&w.conn() != conn_) return conn_->fail_now(op, make_error_code(errc::invalid_argument));
       if (std::error_code ec = w.check(offset, src.size())) return conn_->fail_now(op, ec);

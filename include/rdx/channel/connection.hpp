@@ -16,7 +16,6 @@
 #include <rdx/verbs/work_request.hpp>
 
 #include <infiniband/verbs.h>
-#include <poll.h>
 
 #include <algorithm>
 #include <array>
@@ -34,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include <poll.h>
+
 namespace rdx {
 
 class connection;
@@ -45,14 +46,14 @@ enum class wait_mode { poll, events };
 //! Settings of a connection; each side of a connection must use the same
 //! queue_pairs, recv_depth and message_size (connect() checks).
 struct connection_attr {
-  std::uint32_t queue_pairs = 1;         //!< K: large writes and reads are striped over them
-  std::uint32_t send_depth = 256;        //!< send-queue entries per queue pair
-  std::uint32_t signal_interval = 64;    //!< at most this many work requests per signaled one
-  std::uint32_t recv_depth = 64;         //!< pre-posted message buffers: the peer's credits
-  std::uint32_t message_size = 4096;     //!< bytes per message buffer: the largest message
-  std::size_t chunk_size = 512 * 1024;   //!< striping chunk, a multiple of 4 KiB
-  bool events = false;                   //!< create a completion channel (event mode)
-  std::uint8_t port = 0;                 //!< 0: the first ACTIVE port
+  std::uint32_t queue_pairs = 1;        //!< K: large writes and reads are striped over them
+  std::uint32_t send_depth = 256;       //!< send-queue entries per queue pair
+  std::uint32_t signal_interval = 64;   //!< at most this many work requests per signaled one
+  std::uint32_t recv_depth = 64;        //!< pre-posted message buffers: the peer's credits
+  std::uint32_t message_size = 4096;    //!< bytes per message buffer: the largest message
+  std::size_t chunk_size = 512 * 1024;  //!< striping chunk, a multiple of 4 KiB
+  bool events = false;                  //!< create a completion channel (event mode)
+  std::uint8_t port = 0;                //!< 0: the first ACTIVE port
   std::optional<std::uint8_t> gid_index{};
   //! Longest time an operation waits for send-queue room or flow-control credits.
   std::chrono::milliseconds resource_timeout{30000};
@@ -61,8 +62,8 @@ struct connection_attr {
 //! What one side tells the other to connect: its queue pairs, its
 //! flow-control word and its buffer settings.
 struct connection_info {
-  std::vector<endpoint> endpoints;     //!< one per queue pair, in order
-  remote_descriptor credit_word{};     //!< 8 bytes the peer writes its consumed count into
+  std::vector<endpoint> endpoints;  //!< one per queue pair, in order
+  remote_descriptor credit_word{};  //!< 8 bytes the peer writes its consumed count into
   std::uint32_t recv_depth = 0;
   std::uint32_t message_size = 0;
 };
@@ -122,17 +123,17 @@ private:
   friend class connection;
   connection* conn_;
   std::error_code ec_{};
-  std::uint32_t pending_ = 0;   // work requests (or the one receive) not yet finished
+  std::uint32_t pending_ = 0;  // work requests (or the one receive) not yet finished
   std::uint32_t bytes_ = 0;
   std::uint64_t value_ = 0;
   std::coroutine_handle<> waiter_{};
-  operation* next_ = nullptr;   // intrusive queues: waiting receives, resumption list
-  std::byte* dst_ = nullptr;    // receive destination
+  operation* next_ = nullptr;  // intrusive queues: waiting receives, resumption list
+  std::byte* dst_ = nullptr;   // receive destination
   std::uint32_t dst_capacity_ = 0;
-  std::uint32_t elem_size_ = 1; // a received message must be a multiple of it
-  bool exact_ = false;          // a received message must fill dst exactly
+  std::uint32_t elem_size_ = 1;  // a received message must be a multiple of it
+  bool exact_ = false;           // a received message must fill dst exactly
   bool done_ = false;
-  bool queued_ = false;         // in a waiting-receive queue
+  bool queued_ = false;  // in a waiting-receive queue
 };
 
 namespace detail {
@@ -224,7 +225,8 @@ public:
     for (std::uint32_t i = 0; i < atomic_slots; ++i) free_atomics_.push(i);
     for (std::uint32_t i = 0; i < attr_.recv_depth; ++i) {
       rx_[i].index = i;
-      if (std::error_code ec = post_rx(i)) throw error(ec, "connection: posting receive buffer " + std::to_string(i));
+      if (std::error_code ec = post_rx(i))
+        throw error(ec, "connection: posting receive buffer " + std::to_string(i));
     }
   }
   connection(const connection&) = delete;
@@ -254,18 +256,21 @@ public:
   //! or a transition fails.
   void connect(const connection_info& peer, const connect_options& opt = {}) {
     auto differ = [](const char* what, std::uint64_t here, std::uint64_t there) {
-      detail::throw_rdx(errc::invalid_argument, std::string("connection::connect: ") + what + " is " +
-                                                    std::to_string(here) + " here but " + std::to_string(there) +
-                                                    " at the peer; both sides need the same");
+      detail::throw_rdx(errc::invalid_argument,
+                        std::string("connection::connect: ") + what + " is " + std::to_string(here) +
+                            " here but " + std::to_string(there) + " at the peer; both sides need the same");
     };
     if (peer.endpoints.size() != qps_.size()) differ("queue_pairs", qps_.size(), peer.endpoints.size());
     if (peer.recv_depth != attr_.recv_depth) differ("recv_depth", attr_.recv_depth, peer.recv_depth);
-    if (peer.message_size != attr_.message_size) differ("message_size", attr_.message_size, peer.message_size);
+    if (peer.message_size != attr_.message_size)
+      differ("message_size", attr_.message_size, peer.message_size);
     if (peer.credit_word.length < 8 || peer.credit_word.addr % 8 != 0) {
-      detail::throw_rdx(errc::invalid_argument, "connection::connect: the peer's credit word is not 8 aligned bytes");
+      detail::throw_rdx(errc::invalid_argument,
+                        "connection::connect: the peer's credit word is not 8 aligned bytes");
     }
     for (std::size_t i = 0; i < qps_.size(); ++i) qps_[i].qp.connect(peer.endpoints[i], opt);
     peer_credit_ = peer.credit_word;
+    connected_ = true;
   }
 
   // --- progress -----------------------------------------------------------
@@ -358,8 +363,8 @@ public:
   //! RDMA write or read of bytes between local memory (lkey) and the peer
   //! (raddr, rkey), split in chunk_size pieces aligned to chunk_size in the
   //! remote address space, round-robin over the queue pairs.
-  void start_rdma(operation& op, ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
-                  std::uint32_t rkey, std::uint64_t bytes) noexcept {
+  void start_rdma(operation& op, ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey,
+                  std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes) noexcept {
     if (!usable(op)) return;
     if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
     const std::uint64_t chunk = attr_.chunk_size;
@@ -426,7 +431,8 @@ public:
     const bool inl = bytes <= q.qp.max_inline_data();
     // One check of everything it needs: a coroutine resumed while polling
     // may take a credit or a slot, so none is held across a poll.
-    std::error_code ec = spin_until([&] { return credits() > 0 && (inl || !free_staging_.empty()) && room(q); });
+    std::error_code ec =
+        spin_until([&] { return credits() > 0 && (inl || !free_staging_.empty()) && room(q); });
     if (ec) {
       finish_part(op, ec);
       resume_ready();
@@ -457,8 +463,8 @@ public:
 
   //! RDMA write with immediate (tag) on queue pair 0: consumes one of the
   //! peer's receive buffers like a message. bytes may be 0 (a bare tag).
-  void start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr, std::uint32_t rkey,
-                    std::uint32_t bytes, std::uint32_t tag) noexcept {
+  void start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
+                    std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept {
     if (!usable(op)) return;
     op.pending_ = 1;
     auto& q = qps_[0];
@@ -480,7 +486,8 @@ public:
   }
 
   //! Waits for the next message (in arrival order) and copies it to dst.
-  void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size, bool exact) noexcept {
+  void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
+                     bool exact) noexcept {
     op.dst_ = static_cast<std::byte*>(dst);
     op.dst_capacity_ = capacity;
     op.elem_size_ = elem_size == 0 ? 1 : elem_size;
@@ -533,17 +540,20 @@ private:
     queue_pair qp;
     std::unique_ptr<detail::sq_entry[]> ring;
     std::uint32_t cap;
-    std::uint64_t head = 0;           // next entry to retire
-    std::uint64_t tail = 0;           // next entry to post
-    std::uint64_t covered = 0;        // tail right after the last signaled post
+    std::uint64_t head = 0;     // next entry to retire
+    std::uint64_t tail = 0;     // next entry to post
+    std::uint64_t covered = 0;  // tail right after the last signaled post
     std::uint32_t since_signal = 0;
     qp_slot(const protection_domain& pd, completion_queue& cq, const queue_pair_attr& a, std::uint32_t depth)
         : qp(pd, cq, cq, a), ring(std::make_unique<detail::sq_entry[]>(depth)), cap(depth) {}
   };
 
   static connection_attr checked(const connection_attr& a) {
-    auto bad = [](const std::string& what) { detail::throw_rdx(errc::invalid_argument, "connection: " + what); };
-    if (a.queue_pairs < 1 || a.queue_pairs > 64) bad("queue_pairs = " + std::to_string(a.queue_pairs) + ", need 1 to 64");
+    auto bad = [](const std::string& what) {
+      detail::throw_rdx(errc::invalid_argument, "connection: " + what);
+    };
+    if (a.queue_pairs < 1 || a.queue_pairs > 64)
+      bad("queue_pairs = " + std::to_string(a.queue_pairs) + ", need 1 to 64");
     if (a.send_depth < 2) bad("send_depth = " + std::to_string(a.send_depth) + ", need at least 2");
     if (a.signal_interval < 1 || a.signal_interval >= a.send_depth) {
       bad("signal_interval = " + std::to_string(a.signal_interval) + ", need 1 to send_depth - 1 (" +
@@ -562,7 +572,7 @@ private:
       fail_now(op, make_error_code(errc::operation_failed));
       return false;
     }
-    if (!peer_credit_.rkey && !peer_credit_.addr) {
+    if (!connected_) {
       fail_now(op, make_error_code(errc::not_ready));
       return false;
     }
@@ -571,7 +581,8 @@ private:
 
   [[nodiscard]] std::uint32_t peer_consumed() const noexcept {
     // The peer writes its count of consumed messages here by RDMA write.
-    const std::uint32_t written = std::atomic_ref<std::uint64_t>(control_[1]).load(std::memory_order_acquire) & 0xffffffffu;
+    const std::uint32_t written =
+        std::atomic_ref<std::uint64_t>(control_[1]).load(std::memory_order_acquire) & 0xffffffffu;
     return detail::serial_after(written, peer_piggy_) ? written : peer_piggy_;
   }
 
@@ -586,7 +597,8 @@ private:
       if (failed_) return make_error_code(errc::operation_failed);
       cover();
       progress();
-      if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return make_error_code(errc::timed_out);
+      if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+        return make_error_code(errc::timed_out);
     }
     return failed_ ? make_error_code(errc::operation_failed) : std::error_code{};
   }
@@ -666,7 +678,9 @@ private:
         const detail::sq_entry e = q.ring[q.head % q.cap];
         ++q.head;
         const bool match = e.wr_id == c.wr_id();
-        retire(e, match ? c.error() : was_failed ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR) : std::error_code{});
+        retire(e, match        ? c.error()
+                  : was_failed ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
+                               : std::error_code{});
         if (match) break;
       }
     }
@@ -676,17 +690,13 @@ private:
   void retire(const detail::sq_entry& e, std::error_code ec) noexcept {
     switch (e.kind) {
       case detail::sq_kind::probe:
-      case detail::sq_kind::credit:
-        return;
-      case detail::sq_kind::staged:
-        free_staging_.push(e.aux);
-        break;
+      case detail::sq_kind::credit: return;
+      case detail::sq_kind::staged: free_staging_.push(e.aux); break;
       case detail::sq_kind::atomic:
         if (!ec) e.op->value_ = atomics_[e.aux];
         free_atomics_.push(e.aux);
         break;
-      case detail::sq_kind::op:
-        break;
+      case detail::sq_kind::op: break;
     }
     finish_part(*e.op, ec);
   }
@@ -699,8 +709,10 @@ private:
     op.done_ = true;
     if (op.waiter_) {
       op.next_ = nullptr;
-      if (ready_.tail != nullptr) ready_.tail->next_ = &op;
-      else ready_.head = &op;
+      if (ready_.tail != nullptr)
+        ready_.tail->next_ = &op;
+      else
+        ready_.head = &op;
       ready_.tail = &op;
     }
   }
@@ -780,8 +792,7 @@ private:
   }
   [[nodiscard]] bool credit_report_due() const noexcept {
     const std::uint32_t owed = consumed_ - reported_;
-    return owed != 0 && owed >= std::max<std::uint32_t>(1, attr_.recv_depth / 4) && !failed_ &&
-           peer_credit_.rkey != 0;
+    return owed != 0 && owed >= std::max<std::uint32_t>(1, attr_.recv_depth / 4) && !failed_ && connected_;
   }
   void report_credits() noexcept {
     auto& q = qps_[0];
@@ -816,8 +827,10 @@ private:
   static void enqueue(detail::op_fifo& f, operation& op) noexcept {
     op.next_ = nullptr;
     op.queued_ = true;
-    if (f.tail != nullptr) f.tail->next_ = &op;
-    else f.head = &op;
+    if (f.tail != nullptr)
+      f.tail->next_ = &op;
+    else
+      f.head = &op;
     f.tail = &op;
   }
   static operation* dequeue(detail::op_fifo& f) noexcept {
@@ -832,8 +845,10 @@ private:
     operation* prev = nullptr;
     for (operation* p = f.head; p != nullptr; prev = p, p = p->next_) {
       if (p != &op) continue;
-      if (prev != nullptr) prev->next_ = p->next_;
-      else f.head = p->next_;
+      if (prev != nullptr)
+        prev->next_ = p->next_;
+      else
+        f.head = p->next_;
       if (f.tail == p) f.tail = prev;
       return;
     }
@@ -860,6 +875,7 @@ private:
   std::uint32_t reported_ = 0;    // consumed_ as last told to the peer
   std::uint64_t rr_ = 0;
   std::uint64_t posted_ = 0, signaled_ = 0;
+  bool connected_ = false;
   bool failed_ = false;
   std::error_code failure_{};
 };
@@ -884,7 +900,8 @@ inline std::error_code operation::wait(std::chrono::nanoseconds timeout, wait_mo
   unsigned spins = 0;
   while (!done_) {
     if (mode == wait_mode::events) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() < 0) return make_error_code(errc::timed_out);
       std::error_code ec = conn_->wait_event(left + std::chrono::milliseconds(1));
       if (ec && ec != errc::timed_out) return ec;

@@ -36,7 +36,8 @@ struct peer_offer {
 //! Sends this side's connection info and grants over s, receives the peer's,
 //! and connects c to the peer; both sides call it, then barrier() so no
 //! message meets a queue pair that is not ready. @throws rdx::error.
-inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c, std::span<const window_descriptor> grants,
+inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
+                                       std::span<const window_descriptor> grants,
                                        std::chrono::milliseconds timeout = tcp::default_timeout,
                                        const connect_options& opt = {}) {
   if (grants.size() + 1 > wire::max_descriptors) {
@@ -52,7 +53,8 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c, std:
   for (std::size_t i = 1; i < mine.endpoints.size(); ++i) {
     peer.info.endpoints.push_back(tcp::exchange(s, mine.endpoints[i], {}, timeout).ep);
   }
-  if (first.descriptors.empty()) throw error(errc::wire_format, "exchange_and_connect: the peer sent no credit word");
+  if (first.descriptors.empty())
+    throw error(errc::wire_format, "exchange_and_connect: the peer sent no credit word");
 
   const auto deadline = tcp::clock::now() + timeout;
   std::vector<std::byte> out(20 + 8 * grants.size());
@@ -70,21 +72,25 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c, std:
   std::byte head[20];
   s.recv_exact(head, deadline, "receive connection settings");
   auto get = [](const std::byte* p) { return wire::detail::get32(p); };
-  if (get(head) != 0x52445843u) throw error(errc::wire_format, "exchange_and_connect: the peer is not an rdx connection");
+  if (get(head) != 0x52445843u)
+    throw error(errc::wire_format, "exchange_and_connect: the peer is not an rdx connection");
   const std::uint32_t nqp = get(head + 4);
   peer.info.recv_depth = get(head + 8);
   peer.info.message_size = get(head + 12);
   const std::uint32_t nwin = get(head + 16);
   if (nqp != peer.info.endpoints.size() || nwin + 1 != first.descriptors.size()) {
-    throw error(errc::wire_format, "exchange_and_connect: the peer's settings disagree with its endpoint messages (" +
-                                       std::to_string(nqp) + " queue pairs, " + std::to_string(nwin) + " windows)");
+    throw error(errc::wire_format,
+                "exchange_and_connect: the peer's settings disagree with its endpoint messages (" +
+                    std::to_string(nqp) + " queue pairs, " + std::to_string(nwin) + " windows)");
   }
   std::vector<std::byte> rest(8 * std::size_t{nwin});
   if (!rest.empty()) s.recv_exact(rest, deadline, "receive window grants");
   peer.info.credit_word = first.descriptors[0];
   for (std::uint32_t i = 0; i < nwin; ++i) {
     const std::uint32_t r = get(rest.data() + 8 * i);
-    if (r > 7) throw error(errc::wire_format, "exchange_and_connect: window " + std::to_string(i) + " has rights " + std::to_string(r));
+    if (r > 7)
+      throw error(errc::wire_format,
+                  "exchange_and_connect: window " + std::to_string(i) + " has rights " + std::to_string(r));
     peer.windows.push_back({first.descriptors[i + 1], static_cast<rights>(r), get(rest.data() + 8 * i + 4)});
   }
   c.connect(peer.info, opt);

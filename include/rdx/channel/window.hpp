@@ -63,8 +63,8 @@ public:
   local_span() = default;
   //! All of a registered buffer.
   template <class U>
-    requires std::is_same_v<std::remove_const_t<T>, U>
-  local_span(const registered_buffer<U>& b) noexcept : data_(b.data()), size_(b.size()), lkey_(b.lkey()) {}  // NOLINT
+  requires std::is_same_v<std::remove_const_t<T>, U> local_span(const registered_buffer<U>& b)
+  noexcept : data_(b.data()), size_(b.size()), lkey_(b.lkey()) {}  // NOLINT
   //! Part of a memory region. @throws rdx::error (errc::out_of_range) when s is not inside mr.
   local_span(const memory_region& mr, std::span<T> s) : data_(s.data()), size_(s.size()), lkey_(mr.lkey()) {
     const auto base = reinterpret_cast<std::uintptr_t>(mr.addr());
@@ -76,8 +76,7 @@ public:
   }
   //! A const view of the same memory.
   operator local_span<const T>() const noexcept  // NOLINT
-    requires(!std::is_const_v<T>)
-  {
+      requires(!std::is_const_v<T>) {
     return local_span<const T>(data_, size_, lkey_);
   }
   //! Elements [offset, offset + count), clamped to the span.
@@ -116,7 +115,7 @@ struct window_descriptor {
 //! reach with exactly the rights R. The region must have been registered with
 //! exactly those remote rights (more would be granted to whoever holds the rkey).
 template <class T, rights R>
-  requires registrable<T>
+requires registrable<T>
 class grant {
 public:
   //! @throws rdx::error (errc::invalid_argument) when the region's remote
@@ -127,7 +126,8 @@ public:
 
   //! The descriptor to send to the peer.
   [[nodiscard]] window_descriptor descriptor() const noexcept {
-    return {{reinterpret_cast<std::uint64_t>(local_.data()), rkey_, local_.size_bytes()}, R,
+    return {{reinterpret_cast<std::uint64_t>(local_.data()), rkey_, local_.size_bytes()},
+            R,
             static_cast<std::uint32_t>(sizeof(T))};
   }
   //! The same memory, for local use (a source or destination of operations).
@@ -139,10 +139,12 @@ private:
   void check(access a) const {
     if (remote_rights(a) != R) {
       detail::throw_rdx(errc::invalid_argument, "grant: the memory region allows remote " +
-                                                    to_string(remote_rights(a)) + " but the grant is for exactly " +
-                                                    to_string(R) + "; register it with exactly those rights");
+                                                    to_string(remote_rights(a)) +
+                                                    " but the grant is for exactly " + to_string(R) +
+                                                    "; register it with exactly those rights");
     }
-    if (R != rights::none && local_.empty()) detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+    if (R != rights::none && local_.empty())
+      detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
   }
   local_span<T> local_;
   std::uint32_t rkey_;
@@ -157,22 +159,27 @@ template <class T, rights R>
 //! The peer's window, reached over a connection with the rights R, which the
 //! peer must have granted. Offsets and counts are in elements of T.
 template <class T, rights R>
-  requires registrable<T>
+requires registrable<T>
 class remote_window {
 public:
   //! @throws rdx::error (errc::invalid_argument) when the grant lacks a right
   //! in R, has another element size, a misaligned address, a length that is
   //! not whole elements, or wraps the address space.
   remote_window(connection& c, const window_descriptor& d) : conn_(&c), d_(d) {
-    auto bad = [](const std::string& what) { detail::throw_rdx(errc::invalid_argument, "remote_window: " + what); };
-    if (!has(d.granted, R)) bad("the peer granted " + to_string(d.granted) + ", this window needs " + to_string(R));
+    auto bad = [](const std::string& what) {
+      detail::throw_rdx(errc::invalid_argument, "remote_window: " + what);
+    };
+    if (!has(d.granted, R))
+      bad("the peer granted " + to_string(d.granted) + ", this window needs " + to_string(R));
     if (d.element_size != sizeof(T)) {
-      bad("the peer's elements are " + std::to_string(d.element_size) + " bytes, T is " + std::to_string(sizeof(T)));
+      bad("the peer's elements are " + std::to_string(d.element_size) + " bytes, T is " +
+          std::to_string(sizeof(T)));
     }
     if (d.memory.addr % alignof(T) != 0) bad("the peer's address is not aligned for T");
     if (has(R, rights::atomic) && d.memory.addr % 8 != 0) bad("atomic windows need 8-byte aligned addresses");
     if (d.memory.length % sizeof(T) != 0) bad("the peer's length is not a whole number of elements");
-    if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr) bad("the peer's range wraps");
+    if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr)
+      bad("the peer's range wraps");
     count_ = d.memory.length / sizeof(T);
   }
 
@@ -191,20 +198,19 @@ public:
 
   //! Writes src to elements [offset, offset + src.size()) of the window.
   [[nodiscard]] operation write(local_span<const T> src, std::size_t offset) noexcept
-    requires(has(R, rights::write))
-  {
-    return rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(), offset, src.size());
+      requires(has(R, rights::write)) {
+    return rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(), offset,
+                src.size());
   }
   //! Reads elements [offset, offset + dst.size()) of the window into dst.
   [[nodiscard]] operation read(local_span<T> dst, std::size_t offset) noexcept
-    requires(has(R, rights::read) && !std::is_const_v<T>)
-  {
-    return rdma(IBV_WR_RDMA_READ, reinterpret_cast<std::uint64_t>(dst.data()), dst.lkey(), offset, dst.size());
+      requires(has(R, rights::read) && !std::is_const_v<T>) {
+    return rdma(IBV_WR_RDMA_READ, reinterpret_cast<std::uint64_t>(dst.data()), dst.lkey(), offset,
+                dst.size());
   }
   //! Atomically adds add to element index; old_value() is its previous value.
   [[nodiscard]] operation fetch_add(std::size_t index, std::uint64_t add) noexcept
-    requires(has(R, rights::atomic) && sizeof(T) == 8)
-  {
+      requires(has(R, rights::atomic) && sizeof(T) == 8) {
     return operation(operation::start_tag{}, *conn_, [&](operation& op) {
       if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
       conn_->start_atomic(op, false, d_.memory.addr + index * 8, d_.memory.rkey, add, 0);
@@ -212,9 +218,9 @@ public:
   }
   //! Atomically sets element index to desired if it equals expected;
   //! old_value() is its previous value (equal to expected when it swapped).
-  [[nodiscard]] operation compare_swap(std::size_t index, std::uint64_t expected, std::uint64_t desired) noexcept
-    requires(has(R, rights::atomic) && sizeof(T) == 8)
-  {
+  [[nodiscard]] operation compare_swap(std::size_t index, std::uint64_t expected,
+                                       std::uint64_t desired) noexcept
+      requires(has(R, rights::atomic) && sizeof(T) == 8) {
     return operation(operation::start_tag{}, *conn_, [&](operation& op) {
       if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
       conn_->start_atomic(op, true, d_.memory.addr + index * 8, d_.memory.rkey, expected, desired);
@@ -223,15 +229,16 @@ public:
 
   //! For tests of the NIC's own checks only: a window that believes it has
   //! count elements, whatever the peer granted.
-  [[nodiscard]] static remote_window unchecked_for_testing(connection& c, window_descriptor d, std::size_t count) {
+  [[nodiscard]] static remote_window unchecked_for_testing(connection& c, window_descriptor d,
+                                                           std::size_t count) {
     remote_window w(c, d);
     w.count_ = count;
     return w;
   }
 
 private:
-  [[nodiscard]] operation rdma(ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey, std::size_t offset,
-                               std::size_t count) noexcept {
+  [[nodiscard]] operation rdma(ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey,
+                               std::size_t offset, std::size_t count) noexcept {
     return operation(operation::start_tag{}, *conn_, [&](operation& op) {
       if (std::error_code ec = check(offset, count)) return conn_->fail_now(op, ec);
       conn_->start_rdma(op, opcode, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
