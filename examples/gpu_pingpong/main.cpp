@@ -12,6 +12,7 @@
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/probe.hpp>
 #include <rdx/cuda/register.hpp>
+#include <rdx/cuda/staged_rdma.hpp>
 #include <rdx/cuda/staging.hpp>
 #include <rdx/cuda/topology.hpp>
 #include <rdx/rdx.hpp>
@@ -342,45 +343,6 @@ struct link {
   }
 };
 
-constexpr std::uint32_t data_tag(std::size_t chunk) {
-  return 0x80000000u | static_cast<std::uint32_t>(chunk & 0x7fffffffu);
-}
-constexpr std::uint32_t credit_tag(std::size_t chunk) {
-  return static_cast<std::uint32_t>(chunk & 0x7fffffffu);
-}
-
-// Staged, sender side: each chunk that reached the bounce buffer is written
-// into the same slot of the peer's bounce buffers, once the peer has said the
-// slot is free (a credit) for chunks past the first `depth`.
-void staged_send(link& l, rdx::cuda::staging_pipeline& pipe, const rdx::memory_region& bounce_mr,
-                 const rdx::remote_descriptor& peer_bounce, const void* src, std::size_t size) {
-  const std::size_t chunk = pipe.options().chunk_bytes;
-  const std::size_t depth = pipe.options().depth;
-  (void)pipe.send(src, size, [&](const rdx::cuda::staged_chunk& c) {
-    if (c.index >= depth) (void)l.expect(credit_tag(c.index), "credit for chunk " + std::to_string(c.index));
-    l.post(rdx::wr::write_imm(bounce_mr.sge(c.slot * chunk, c.host.size()),
-                              rdx::at(peer_bounce, c.slot * chunk), data_tag(c.index)),
-           "write of chunk " + std::to_string(c.index));
-    l.send_done("write of chunk " + std::to_string(c.index));
-  });
-}
-
-// Staged, receiver side: free each slot (a credit) before its next chunk may
-// come, wait for the chunk, and let the pipeline copy it to the GPU.
-void staged_receive(link& l, rdx::cuda::staging_pipeline& pipe, void* dst, std::size_t size) {
-  const std::size_t depth = pipe.options().depth;
-  (void)pipe.receive(dst, size, [&](const rdx::cuda::staged_chunk& c) {
-    if (c.index >= depth) {
-      l.post(rdx::wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index)), "credit");
-      l.send_done("credit for chunk " + std::to_string(c.index));
-    }
-    const auto done = l.expect(data_tag(c.index), "chunk " + std::to_string(c.index));
-    if (done.byte_len() != c.host.size())
-      throw failure("chunk " + std::to_string(c.index) + ": " + std::to_string(done.byte_len()) +
-                    " bytes, expected " + std::to_string(c.host.size()));
-  });
-}
-
 int run_network(const options& o) {
   const bool client = !o.connect.empty();
   const auto timeout = std::chrono::seconds(o.timeout_s);
@@ -402,7 +364,6 @@ int run_network(const options& o) {
   rdx::cuda::device_guard g(o.gpu);
   link l(std::move(ctx), 2 * max_depth + 8, timeout);
   l.qp.to_init();
-  for (std::uint32_t i = 0; i < l.recvs; ++i) l.post_recv();
 
   // Can this side register GPU memory? Try it on a small buffer, unless staged
   // is forced; the real buffers are registered once the sizes are agreed.
@@ -461,6 +422,15 @@ int run_network(const options& o) {
       !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth))
     throw failure("the peer's memory descriptor does not cover what this side will write");
   const rdx::remote_descriptor peer_mem = remote.descriptors[0];
+  // Receives go up before the barrier below, so nothing from the peer can
+  // meet a queue pair without them.
+  std::optional<rdx::cuda::staged_rdma> staged;
+  if (dst_region.direct()) {
+    for (std::uint32_t i = 0; i < l.recvs; ++i) l.post_recv();
+  } else {
+    staged.emplace(l.qp, l.send_cq, l.recv_cq, dst_region.region(), peer_mem, pipe->options(), timeout);
+    staged->post_receives();
+  }
   l.qp.connect(remote.ep);
   rdx::tcp::barrier(sock, timeout);
 
@@ -480,9 +450,9 @@ int run_network(const options& o) {
           throw failure("this GPU needs an RDMA read to flush GPUDirect writes; use --path staged");
       }
     } else if (sending) {
-      staged_send(l, *pipe, dst_region.region(), peer_mem, from, size);
+      (void)staged->send(*pipe, from, size);
     } else {
-      staged_receive(l, *pipe, to, size);
+      (void)staged->receive(*pipe, to, size);
     }
   };
 

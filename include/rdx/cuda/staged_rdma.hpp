@@ -1,0 +1,161 @@
+// rdx::cuda: the network side of a host-staged GPU-to-GPU transfer over one
+// RC queue pair. Needs no CUDA: it drives any chunk_pipeline (the CUDA
+// staging_pipeline, or a host-memory one in tests).
+//
+// Protocol, one direction at a time: both peers use the same chunk size and
+// depth, and each has registered its bounce buffers for remote write and told
+// the other where they are. The sender writes chunk i, as soon as it is in
+// its own bounce slot, into the same slot of the peer's bounce buffers (RDMA
+// write with immediate 0x80000000 | i). Before chunk i (i >= depth) may be
+// written, the receiver hands the slot back with a zero-byte send with
+// immediate i, once its copy of chunk i - depth to the GPU has finished.
+#pragma once
+
+#include <rdx/cuda/staging_types.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/completion_queue.hpp>
+#include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/poll.hpp>
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/work_request.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace rdx::cuda {
+
+class staged_rdma {
+public:
+  //! @param qp an RC queue pair whose receives this object alone posts
+  //! @param bounce the registered local bounce buffers (the pipeline's)
+  //! @param peer_bounce the peer's bounce buffers (remote write)
+  //! @param options chunk size and depth, equal on both peers
+  //! @throws rdx::error (invalid_argument) when the peer's buffers are too
+  //!         small for depth chunks
+  staged_rdma(queue_pair& qp, completion_queue& send_cq, completion_queue& recv_cq,
+              const memory_region& bounce, const remote_descriptor& peer_bounce,
+              const staging_options& options, std::chrono::milliseconds timeout = std::chrono::seconds(30))
+      : qp_(qp),
+        send_cq_(send_cq),
+        recv_cq_(recv_cq),
+        bounce_(bounce),
+        peer_(peer_bounce),
+        opt_(options),
+        timeout_(timeout) {
+    if (!contains(peer_, 0, opt_.chunk_bytes * opt_.depth)) {
+      rdx::detail::throw_rdx(errc::invalid_argument,
+                             "staged_rdma: the peer's bounce buffers (" + std::to_string(peer_.length) +
+                                 " bytes) hold fewer than " + std::to_string(opt_.depth) + " chunks");
+    }
+    if (bounce_.length() < opt_.chunk_bytes * opt_.depth) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "staged_rdma: the local bounce region is smaller than " +
+                                                         std::to_string(opt_.depth) + " chunks");
+    }
+  }
+
+  //! Receives the protocol keeps posted: the queue pair's max_recv_wr must be
+  //! at least this.
+  [[nodiscard]] std::uint32_t receive_depth() const noexcept {
+    return static_cast<std::uint32_t>(opt_.depth) + 4;
+  }
+
+  //! Posts the receives; call once, before the peer may send.
+  void post_receives() {
+    for (std::uint32_t i = 0; i < receive_depth(); ++i) post_receive();
+  }
+
+  //! Sends device (or pipeline) bytes [src, src + bytes) to the peer's
+  //! receive() of the same size.
+  //! @throws rdx::error on a timeout, a failed completion or a protocol error
+  template <chunk_pipeline P>
+  transfer_stats send(P& pipe, const void* src, std::size_t bytes) {
+    check_pipeline(pipe);
+    return pipe.send(src, bytes, [&](const staged_chunk& c) {
+      if (c.index >= opt_.depth) (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
+      const std::size_t off = c.slot * opt_.chunk_bytes;
+      auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
+      if (auto ec = qp_.post_send(wr)) fail("post the write of chunk", c.index, ec.message());
+      wait_send("write of chunk", c.index);
+    });
+  }
+
+  //! Receives the peer's send() of bytes into [dst, dst + bytes).
+  template <chunk_pipeline P>
+  transfer_stats receive(P& pipe, void* dst, std::size_t bytes) {
+    check_pipeline(pipe);
+    return pipe.receive(dst, bytes, [&](const staged_chunk& c) {
+      if (c.index >= opt_.depth) {
+        auto wr = wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index));
+        if (auto ec = qp_.post_send(wr)) fail("post the slot credit for chunk", c.index, ec.message());
+        wait_send("slot credit for chunk", c.index);
+      }
+      const completion done = expect(data_tag(c.index), "chunk", c.index);
+      if (done.byte_len() != c.host.size()) {
+        fail("chunk", c.index,
+             std::to_string(done.byte_len()) + " bytes arrived, expected " + std::to_string(c.host.size()));
+      }
+    });
+  }
+
+  static constexpr std::uint32_t data_tag(std::size_t i) noexcept {
+    return 0x80000000u | static_cast<std::uint32_t>(i & 0x7fffffffu);
+  }
+  static constexpr std::uint32_t credit_tag(std::size_t i) noexcept {
+    return static_cast<std::uint32_t>(i & 0x7fffffffu);
+  }
+
+private:
+  template <class P>
+  void check_pipeline(const P& pipe) const {
+    const staging_options& o = pipe.options();
+    if (o.chunk_bytes != opt_.chunk_bytes || o.depth != opt_.depth) {
+      rdx::detail::throw_rdx(errc::invalid_argument,
+                             "staged_rdma: the pipeline's chunk size or depth differs");
+    }
+    if (static_cast<const void*>(pipe.bounce_buffers().data()) != bounce_.addr()) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "staged_rdma: the bounce region is not the pipeline's");
+    }
+  }
+  [[noreturn]] static void fail(const char* what, std::size_t chunk, const std::string& why) {
+    rdx::detail::throw_rdx(errc::operation_failed, std::string("staged transfer: ") + what + " " +
+                                                       std::to_string(chunk) + ": " + why);
+  }
+  void post_receive() {
+    // Chunks land by RDMA write, credits carry no bytes: receives hold none.
+    auto wr = wr::recv(std::span<const ibv_sge>{});
+    if (auto ec = qp_.post_recv(wr)) fail("post a receive, before chunk", 0, ec.message());
+  }
+  completion wait(completion_queue& cq, const char* what, std::size_t chunk) {
+    completion c{};
+    const std::error_code ec = poll_one(cq, c, timeout_);
+    if (ec)
+      fail(what, chunk,
+           ec == errc::timed_out ? "no completion in time (has the peer stopped?)" : ec.message());
+    if (!c.ok()) fail(what, chunk, c.error().message());
+    return c;
+  }
+  void wait_send(const char* what, std::size_t chunk) { (void)wait(send_cq_, what, chunk); }
+  completion expect(std::uint32_t imm, const char* what, std::size_t chunk) {
+    completion c = wait(recv_cq_, what, chunk);
+    post_receive();
+    if (!c.has_imm() || c.imm() != imm) {
+      fail(what, chunk,
+           "immediate " + (c.has_imm() ? std::to_string(c.imm()) : std::string("none")) + ", expected " +
+               std::to_string(imm));
+    }
+    return c;
+  }
+
+  queue_pair& qp_;
+  completion_queue& send_cq_;
+  completion_queue& recv_cq_;
+  const memory_region& bounce_;
+  remote_descriptor peer_;
+  staging_options opt_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace rdx::cuda

@@ -1,0 +1,72 @@
+// rdx::cuda: the vocabulary of host-staged transfers (options, chunks,
+// statistics and the callables a pipeline drives), without CUDA, so that the
+// network side can be written and tested on machines without a GPU.
+#pragma once
+
+#include <rdx/cuda/path.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+namespace rdx::cuda {
+
+//! Chunking and buffering of a staging pipeline.
+struct staging_options {
+  std::size_t chunk_bytes = std::size_t{4} << 20;  //!< bytes per chunk; a multiple of 4 KiB
+  std::size_t depth = 2;                           //!< bounce buffers; at least 2
+  int device = -1;                                 //!< CUDA device; -1: the current one
+};
+
+//! One chunk sitting in a bounce buffer.
+struct staged_chunk {
+  std::size_t index = 0;      //!< chunk number in the transfer, from 0
+  std::size_t offset = 0;     //!< byte offset of the chunk in the transfer
+  std::size_t slot = 0;       //!< bounce buffer number (0 .. depth-1)
+  std::span<std::byte> host;  //!< the chunk's bytes in the bounce buffer
+  bool last = false;          //!< the transfer's final chunk
+};
+
+//! What a transfer did, for the caller and for logs.
+struct transfer_stats {
+  gpu_path path = gpu_path::staged;  //!< the path the bytes took
+  std::size_t bytes = 0;
+  std::size_t chunks = 0;
+  double seconds = 0;
+  [[nodiscard]] double gb_per_s() const noexcept {
+    return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  }
+};
+
+//! Called once per chunk, in order, once its bytes are in host memory (the
+//! sender's RDMA write of the chunk goes here). When it returns, the slot may
+//! be refilled, unless the callable also has wait_slot (see below).
+template <class F>
+concept chunk_sink = std::invocable<F&, const staged_chunk&>;
+
+//! Called once per chunk, in order, to fill its host bytes (the receiver
+//! waits for the chunk's RDMA write to land here); the chunk is copied to the
+//! GPU when it returns.
+template <class F>
+concept chunk_source = std::invocable<F&, const staged_chunk&>;
+
+//! A sink that lets its RDMA writes run on after it returns names
+//! wait_slot(slot): the pipeline calls it before refilling that bounce buffer.
+template <class F>
+concept slot_waiter = requires(F& f, std::size_t slot) {
+  f.wait_slot(slot);
+};
+
+//! What the network side needs of a staging pipeline: its options, its
+//! bounce buffers, and chunked send and receive driven by callables.
+//! rdx::cuda::staging_pipeline is one; a test can supply a host-memory one.
+template <class P>
+concept chunk_pipeline = requires(P& p, const P& cp, const void* src, void* dst, std::size_t n,
+                                  void (*f)(const staged_chunk&)) {
+  { cp.options() } -> std::convertible_to<const staging_options&>;
+  { cp.bounce_buffers() } -> std::convertible_to<std::span<std::byte>>;
+  { p.send(src, n, f) } -> std::convertible_to<transfer_stats>;
+  { p.receive(dst, n, f) } -> std::convertible_to<transfer_stats>;
+};
+
+}  // namespace rdx::cuda
