@@ -7,10 +7,21 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "gpu_skip.hpp"
 #include "patterns.hpp"
+
+// Owners are move-only.
+static_assert(!std::is_copy_constructible_v<rdx::cuda::device_buffer<int>>);
+static_assert(!std::is_copy_assignable_v<rdx::cuda::pinned_buffer<int>>);
+static_assert(!std::is_copy_constructible_v<rdx::cuda::stream>);
+static_assert(!std::is_copy_constructible_v<rdx::cuda::event>);
+static_assert(std::is_nothrow_move_constructible_v<rdx::cuda::device_buffer<int>>);
+static_assert(std::is_nothrow_move_constructible_v<rdx::cuda::pinned_buffer<int>>);
+static_assert(std::is_nothrow_move_constructible_v<rdx::cuda::stream>);
+static_assert(std::is_nothrow_move_assignable_v<rdx::cuda::event>);
 
 namespace {
 [[maybe_unused]] const bool gpu_present = rdx_test::require_gpu_or_skip("cuda_memory_test");

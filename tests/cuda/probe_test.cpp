@@ -142,10 +142,19 @@ TEST_CASE("export_dma_buf gives the page-aligned allocation and the range's offs
     auto moved = std::move(r);
     REQUIRE(r.fd() == -1);  // NOLINT(bugprone-use-after-move)
     REQUIRE(moved.fd() == fd);
+    REQUIRE(moved.native_handle() == fd);
   }
   // The range closed its fd.
   REQUIRE(::fcntl(fd, F_GETFD) == -1);
 
+  // release() hands the fd over.
+  {
+    auto r = rdx::cuda::export_dma_buf(b.data(), 4096);
+    const int owned = r.release();
+    REQUIRE(r.fd() == -1);
+    REQUIRE(::fcntl(owned, F_GETFD) != -1);
+    REQUIRE(::close(owned) == 0);
+  }
   // The whole buffer, exactly, is fine; one byte more is not.
   REQUIRE_NOTHROW(rdx::cuda::export_dma_buf(b.data(), b.size_bytes()));
   try {

@@ -75,6 +75,9 @@ public:
   ~dma_buf_range() { close(); }
 
   [[nodiscard]] int fd() const noexcept { return fd_; }
+  [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  //! Gives up the fd; the caller closes it.
+  [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
   //! Offset of the range from the start of the dma-buf.
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
   [[nodiscard]] std::size_t length() const noexcept { return length_; }
