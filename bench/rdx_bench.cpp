@@ -138,6 +138,13 @@ void parse_options(int& argc, char** argv) {
   argv[argc] = nullptr;
 }
 
+unsigned g_failures = 0;  // benchmarks that stopped with an error (exit status 3)
+
+void report_failure(benchmark::State& state, const std::exception& e) {
+  ++g_failures;
+  state.SkipWithError(e.what());
+}
+
 std::size_t region_size() {
   return std::max<std::size_t>(4096, *std::max_element(opt.sizes.begin(), opt.sizes.end()));
 }
@@ -188,7 +195,7 @@ void bw_bench(benchmark::State& state, Run run, std::size_t size, unsigned depth
       twin<Api>(state, key, mbps);
     }
   } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
+    report_failure(state, e);
   }
   state.counters["size"] = static_cast<double>(size);
   state.counters["depth"] = depth;
@@ -211,7 +218,7 @@ void lat_bench(benchmark::State& state, Run run, std::size_t size, const std::st
       twin<Api>(state, key, med);
     }
   } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
+    report_failure(state, e);
   }
   state.counters["size"] = static_cast<double>(size);
   state.counters["depth"] = 1;
@@ -288,7 +295,7 @@ void micro_post_poll(benchmark::State& state, unsigned k, std::string key) {
     state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k);
     twin<Api>(state, key, per_iteration_ns(state, t0));
   } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
+    report_failure(state, e);
   }
   state.counters["batch"] = k;
 }
@@ -306,7 +313,7 @@ void micro_poll_empty(benchmark::State& state, std::string key) {
     }
     twin<Api>(state, key, per_iteration_ns(state, t0));
   } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
+    report_failure(state, e);
   }
 }
 
@@ -476,6 +483,10 @@ int main(int argc, char** argv) {
     benchmark::Shutdown();
     g_fabric.reset();
     g_micro.reset();
+    if (g_failures != 0) {
+      std::fprintf(stderr, "rdx_bench: %u benchmark(s) failed (see their error_message)\n", g_failures);
+      return 3;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdx_bench: %s\n", e.what());
