@@ -23,7 +23,7 @@ namespace rdx_bench {
 namespace {
 
 struct options {
-  std::vector<std::size_t> sizes{8, 256, 4096, 65536, 1 << 20};
+  std::vector<std::size_t> sizes{8, 4096, 65536, 1 << 20};
   std::vector<unsigned> depths{1, 64};
   std::size_t depth64_max = 65536;      // largest size measured at depth 64
   std::size_t stripe_min = 65536;       // smallest size measured striped over 2 queue pairs

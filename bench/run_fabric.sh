@@ -12,7 +12,7 @@
 #
 # Options:
 #   --sizes LIST     message sizes: default, all, or a list such as 8,4K,1M
-#   --rounds N       rounds of (rdx_bench, perftest) in the same VMs (default 2);
+#   --rounds N       rounds of (rdx_bench, perftest) in the same VMs (default 1);
 #                    twins run back to back, raw first in odd rounds, rdx first in even
 #   --reps N         repetitions of every rdx_bench run within a round (default 1)
 #   --out DIR        results folder (default build-bench/fabric-results/<UTC time>)
@@ -95,7 +95,7 @@ fi
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 sizes=default
 reps=1
-rounds=2
+rounds=1
 out=""
 build=$root/build-bench
 do_build=1
