@@ -20,8 +20,12 @@ struct verbs_deleter {
   bool released = false;
 
   void operator()(T* p) const noexcept {
-    if (p == nullptr || released || destroy == nullptr) return;
-    if (int rc = destroy(p); rc != 0) report_destroy_failure(verb, rc < 0 ? -rc : rc);
+    if (p == nullptr || released || destroy == nullptr) {
+      return;
+    }
+    if (int rc = destroy(p); rc != 0) {
+      report_destroy_failure(verb, rc < 0 ? -rc : rc);
+    }
   }
 };
 
@@ -39,13 +43,17 @@ template <class T>
 //! Gives up ownership without destroying; refused while children still share it.
 template <class T>
 [[nodiscard]] T* release_verbs(shared_verbs<T>& h, const char* what) {
-  if (!h) return nullptr;
+  if (!h) {
+    return nullptr;
+  }
   if (h.use_count() != 1) {
     throw_rdx(errc::not_ready,
               std::string("release() of ") + what + ": objects created from it are still alive");
   }
   auto* d = std::get_deleter<verbs_deleter<T>>(h);
-  if (d != nullptr) d->released = true;
+  if (d != nullptr) {
+    d->released = true;
+  }
   T* p = h.get();
   h.reset();
   return p;
@@ -65,7 +73,9 @@ public:
 //! Null checks for from_native_handle()/adopt().
 template <class T>
 inline void refuse_null(T* p, std::string_view what) {
-  if (p == nullptr) throw_rdx(errc::invalid_argument, std::string(what) + ": null handle");
+  if (p == nullptr) {
+    throw_rdx(errc::invalid_argument, std::string(what) + ": null handle");
+  }
 }
 
 }  // namespace rdx::detail

@@ -17,7 +17,9 @@ inline void os_random(void* buf, std::size_t n) {
   while (n > 0) {
     ssize_t r = ::getrandom(p, n, 0);
     if (r < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        continue;
+      }
       throw_errno("getrandom", "packet sequence number", errno);
     }
     p += r;

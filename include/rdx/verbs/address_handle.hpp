@@ -31,7 +31,7 @@ public:
       detail::throw_errno(
           "ibv_create_ah",
           "port " + std::to_string(attr.port_num) + " to " +
-              (attr.is_global ? to_string(attr.grh.dgid) : "LID " + std::to_string(attr.dlid)),
+              (attr.is_global != 0 ? to_string(attr.grh.dgid) : "LID " + std::to_string(attr.dlid)),
           errno ? errno : EINVAL);
     }
     h_ = detail::make_shared_verbs(ah, &::ibv_destroy_ah, "ibv_destroy_ah", {pd.shared_handle()});

@@ -27,7 +27,9 @@ public:
   //! @throws rdx::error when ibv_create_comp_channel fails.
   explicit completion_channel(const context& ctx) {
     ibv_comp_channel* ch = ::ibv_create_comp_channel(ctx.native_handle());
-    if (ch == nullptr) detail::throw_errno("ibv_create_comp_channel", ctx.name(), errno ? errno : ENOMEM);
+    if (ch == nullptr) {
+      detail::throw_errno("ibv_create_comp_channel", ctx.name(), errno ? errno : ENOMEM);
+    }
     h_ = detail::make_shared_verbs(ch, &::ibv_destroy_comp_channel, "ibv_destroy_comp_channel",
                                    {ctx.shared_handle()});
   }
@@ -126,7 +128,9 @@ public:
                           errno ? errno : ENOMEM);
     }
     std::shared_ptr<const void> ch;
-    if (attr.channel != nullptr) ch = attr.channel->shared_handle();
+    if (attr.channel != nullptr) {
+      ch = attr.channel->shared_handle();
+    }
     h_ = detail::make_shared_verbs(cq, &::ibv_destroy_cq, "ibv_destroy_cq", {ctx.shared_handle(), ch});
     channel_ = attr.channel != nullptr ? attr.channel->native_handle() : nullptr;
   }
@@ -153,7 +157,9 @@ public:
 
   //! Arms the CQ: the channel gets an event at the next (solicited) completion.
   [[nodiscard]] std::error_code arm(bool solicited_only = false) noexcept {
-    if (channel_ == nullptr) return make_error_code(errc::not_ready);
+    if (channel_ == nullptr) {
+      return make_error_code(errc::not_ready);
+    }
     int rc = ::ibv_req_notify_cq(h_.get(), solicited_only ? 1 : 0);
     return rc == 0 ? std::error_code{} : std::error_code(rc, std::generic_category());
   }
@@ -162,23 +168,36 @@ public:
   //! for this CQ (then poll, and arm() again before the next wait).
   //! @return empty on an event; errc::timed_out; errc::not_ready without a channel.
   [[nodiscard]] std::error_code wait_event(std::chrono::milliseconds timeout) noexcept {
-    if (channel_ == nullptr) return make_error_code(errc::not_ready);
+    if (channel_ == nullptr) {
+      return make_error_code(errc::not_ready);
+    }
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() < 0) left = std::chrono::milliseconds(0);
+      if (left.count() < 0) {
+        left = std::chrono::milliseconds(0);
+      }
       pollfd p{channel_->fd, POLLIN, 0};
       int r = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return {errno, std::generic_category()};
-      if (r == 0) return make_error_code(errc::timed_out);
+      if (r < 0 && errno == EINTR) {
+        continue;
+      }
+      if (r < 0) {
+        return {errno, std::generic_category()};
+      }
+      if (r == 0) {
+        return make_error_code(errc::timed_out);
+      }
       ibv_cq* cq = nullptr;
       void* cq_ctx = nullptr;
-      if (::ibv_get_cq_event(channel_, &cq, &cq_ctx) != 0)
+      if (::ibv_get_cq_event(channel_, &cq, &cq_ctx) != 0) {
         return {errno ? errno : EAGAIN, std::generic_category()};
+      }
       ::ibv_ack_cq_events(cq, 1);
-      if (cq == h_.get()) return {};
+      if (cq == h_.get()) {
+        return {};
+      }
       // An event of another CQ on a shared channel: this API is for one CQ per channel.
     }
   }

@@ -99,7 +99,9 @@ public:
   explicit context(ibv_device* dev) {
     detail::refuse_null(dev, "context(ibv_device*)");
     ibv_context* c = ::ibv_open_device(dev);
-    if (c == nullptr) detail::throw_errno("ibv_open_device", device_name(dev), errno ? errno : ENODEV);
+    if (c == nullptr) {
+      detail::throw_errno("ibv_open_device", device_name(dev), errno ? errno : ENODEV);
+    }
     h_ = detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device");
   }
 
@@ -126,7 +128,9 @@ public:
     device_list list;
     for (ibv_device* d : list) {
       context c(d);
-      if (c.carries_netdev(nd, ifindex)) return c;
+      if (c.carries_netdev(nd, ifindex)) {
+        return c;
+      }
     }
     detail::throw_rdx(errc::no_device, "no RDMA device is bound to network interface \"" + nd +
                                            "\" (devices present: " + list.names() + ")");
@@ -135,13 +139,19 @@ public:
   //! Opens RDX_DEVICE if set, else the first device with an ACTIVE port.
   //! @throws rdx::error (errc::no_device) saying what was found.
   [[nodiscard]] static context open_default() {
-    if (auto name = detail::env_string("RDX_DEVICE")) return open(*name);
+    if (auto name = detail::env_string("RDX_DEVICE")) {
+      return open(*name);
+    }
     device_list list;
     std::string seen;
     for (ibv_device* d : list) {
       context c(d);
-      if (c.first_active_port() != 0) return c;
-      if (!seen.empty()) seen += ", ";
+      if (c.first_active_port() != 0) {
+        return c;
+      }
+      if (!seen.empty()) {
+        seen += ", ";
+      }
       seen += std::string(device_name(d)) + " (no ACTIVE port)";
     }
     detail::throw_rdx(errc::no_device, "no RDMA device with an ACTIVE port (devices present: " +
@@ -213,8 +223,9 @@ public:
   //! Number of physical ports.
   [[nodiscard]] std::uint8_t port_count() const {
     ibv_device_attr a{};
-    if (int rc = ::ibv_query_device(h_.get(), &a); rc != 0)
+    if (int rc = ::ibv_query_device(h_.get(), &a); rc != 0) {
       detail::throw_errno("ibv_query_device", name(), rc);
+    }
     return a.phys_port_cnt;
   }
 
@@ -223,7 +234,9 @@ public:
     std::uint8_t n = port_count();
     for (std::uint8_t p = 1; p <= n && p != 0; ++p) {
       ibv_port_attr a{};
-      if (::ibv_query_port(h_.get(), p, &a) == 0 && a.state == IBV_PORT_ACTIVE) return p;
+      if (::ibv_query_port(h_.get(), p, &a) == 0 && a.state == IBV_PORT_ACTIVE) {
+        return p;
+      }
     }
     return 0;
   }
@@ -244,19 +257,27 @@ private:
     std::uint8_t n = port_count();
     for (std::uint8_t p = 1; p <= n && p != 0; ++p) {
       ibv_port_attr a{};
-      if (::ibv_query_port(h_.get(), p, &a) != 0) continue;
+      if (::ibv_query_port(h_.get(), p, &a) != 0) {
+        continue;
+      }
       for (int i = 0; i < a.gid_tbl_len; ++i) {
         ibv_gid_entry e{};
         int rc = ::ibv_query_gid_ex(h_.get(), p, static_cast<std::uint32_t>(i), &e, 0);
         if (rc == 0) {
-          if (e.ndev_ifindex == ifindex) return true;
+          if (e.ndev_ifindex == ifindex) {
+            return true;
+          }
           continue;
         }
-        if (rc != EOPNOTSUPP && rc != ENOSYS) continue;  // empty entry
+        if (rc != EOPNOTSUPP && rc != ENOSYS) {
+          continue;  // empty entry
+        }
         std::ifstream f(std::string(h_->device->ibdev_path) + "/ports/" + std::to_string(p) +
                         "/gid_attrs/ndevs/" + std::to_string(i));
         std::string dev;
-        if (f && std::getline(f, dev) && dev == netdev) return true;
+        if (f && std::getline(f, dev) && dev == netdev) {
+          return true;
+        }
       }
     }
     return false;

@@ -22,7 +22,9 @@ public:
     if (list_ == nullptr) {
       int e = errno;
       // ENOSYS: no kernel RDMA support at all, which is "no devices" to a caller.
-      if (e == ENOSYS || e == 0) return;
+      if (e == ENOSYS || e == 0) {
+        return;
+      }
       detail::throw_errno("ibv_get_device_list", "", e);
     }
     size_ = n > 0 ? static_cast<std::size_t>(n) : 0;
@@ -51,7 +53,9 @@ public:
   //! The device called name, or nullptr.
   [[nodiscard]] ibv_device* find(std::string_view name) const noexcept {
     for (ibv_device* d : *this) {
-      if (name == ::ibv_get_device_name(d)) return d;
+      if (name == ::ibv_get_device_name(d)) {
+        return d;
+      }
     }
     return nullptr;
   }
@@ -60,7 +64,9 @@ public:
   [[nodiscard]] std::string names() const {
     std::string s;
     for (ibv_device* d : *this) {
-      if (!s.empty()) s += ", ";
+      if (!s.empty()) {
+        s += ", ";
+      }
       s += ::ibv_get_device_name(d);
     }
     return s.empty() ? std::string("none") : s;
@@ -68,7 +74,9 @@ public:
 
 private:
   void reset() noexcept {
-    if (list_ != nullptr) ::ibv_free_device_list(list_);
+    if (list_ != nullptr) {
+      ::ibv_free_device_list(list_);
+    }
     list_ = nullptr;
     size_ = 0;
   }

@@ -38,7 +38,9 @@ enum class gid_type : std::uint8_t {
 //! True for ::ffff:a.b.c.d, the form RoCE v2 gives an IPv4 address.
 [[nodiscard]] inline bool gid_is_ipv4_mapped(const ibv_gid& g) noexcept {
   for (int i = 0; i < 10; ++i) {
-    if (g.raw[i] != 0) return false;
+    if (g.raw[i] != 0) {
+      return false;
+    }
   }
   return g.raw[10] == 0xff && g.raw[11] == 0xff;
 }
@@ -50,7 +52,9 @@ enum class gid_type : std::uint8_t {
 [[nodiscard]] inline std::optional<ibv_gid> parse_gid(std::string_view text) {
   std::string s(text);
   ibv_gid g{};
-  if (::inet_pton(AF_INET6, s.c_str(), g.raw) == 1) return g;
+  if (::inet_pton(AF_INET6, s.c_str(), g.raw) == 1) {
+    return g;
+  }
   unsigned char v4[4];
   if (::inet_pton(AF_INET, s.c_str(), v4) == 1) {
     g.raw[10] = 0xff;
@@ -81,9 +85,15 @@ inline std::optional<gid_type> sysfs_gid_type(const context& ctx, std::uint8_t p
   std::ifstream f(std::string(ctx.native_handle()->device->ibdev_path) + "/ports/" + std::to_string(port) +
                   "/gid_attrs/types/" + std::to_string(index));
   std::string t;
-  if (!f || !std::getline(f, t)) return std::nullopt;
-  if (t.find("v2") != std::string::npos) return gid_type::roce_v2;
-  if (t.find("v1") != std::string::npos) return gid_type::roce_v1;
+  if (!f || !std::getline(f, t)) {
+    return std::nullopt;
+  }
+  if (t.find("v2") != std::string::npos) {
+    return gid_type::roce_v2;
+  }
+  if (t.find("v1") != std::string::npos) {
+    return gid_type::roce_v1;
+  }
   return gid_type::ib;
 }
 }  // namespace detail
@@ -93,13 +103,17 @@ inline std::optional<gid_type> sysfs_gid_type(const context& ctx, std::uint8_t p
 [[nodiscard]] inline std::vector<gid_entry> gid_table(const context& ctx, std::uint8_t port) {
   port_attributes pa = ctx.query_port(port);
   std::vector<gid_entry> out;
-  if (pa.gid_table_len <= 0) return out;
+  if (pa.gid_table_len <= 0) {
+    return out;
+  }
   std::vector<ibv_gid_entry> raw(static_cast<std::size_t>(pa.gid_table_len) * ctx.port_count());
   ssize_t n = ::ibv_query_gid_table(ctx.native_handle(), raw.data(), raw.size(), 0);
   if (n >= 0) {
     for (ssize_t i = 0; i < n; ++i) {
       const ibv_gid_entry& e = raw[static_cast<std::size_t>(i)];
-      if (e.port_num != port || gid_is_zero(e.gid)) continue;
+      if (e.port_num != port || gid_is_zero(e.gid)) {
+        continue;
+      }
       out.push_back({e.gid, e.gid_index, port, static_cast<gid_type>(e.gid_type), e.ndev_ifindex});
     }
     return out;
@@ -107,7 +121,9 @@ inline std::optional<gid_type> sysfs_gid_type(const context& ctx, std::uint8_t p
   // Fallback: one ibv_query_gid per slot, types from sysfs.
   for (int i = 0; i < pa.gid_table_len; ++i) {
     ibv_gid g{};
-    if (::ibv_query_gid(ctx.native_handle(), port, i, &g) != 0 || gid_is_zero(g)) continue;
+    if (::ibv_query_gid(ctx.native_handle(), port, i, &g) != 0 || gid_is_zero(g)) {
+      continue;
+    }
     auto idx = static_cast<std::uint32_t>(i);
     gid_type t =
         pa.is_ethernet() ? detail::sysfs_gid_type(ctx, port, idx).value_or(gid_type::roce_v1) : gid_type::ib;
@@ -129,7 +145,7 @@ struct gid_choice {
 
 namespace detail {
 // A validated choice for an explicit index, or an error naming index and table.
-inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t index, std::string why) {
+inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t index, const std::string& why) {
   port_attributes pa = ctx.query_port(port);
   if (index >= static_cast<std::uint64_t>(pa.gid_table_len) || index > 255) {
     throw_rdx(errc::out_of_range, "GID index " + std::to_string(index) + " on " + ctx.name() + " port " +
@@ -137,7 +153,9 @@ inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t in
                                       std::to_string(pa.gid_table_len) + " entries");
   }
   for (const gid_entry& e : gid_table(ctx, port)) {
-    if (e.index != index) continue;
+    if (e.index != index) {
+      continue;
+    }
     gid_choice c;
     c.port = port;
     c.index = static_cast<std::uint8_t>(index);
@@ -188,7 +206,9 @@ inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t in
   }
   auto pick = [&](auto pred, const char* why) -> std::optional<gid_choice> {
     for (const gid_entry& e : table) {
-      if (e.type != gid_type::roce_v2 || e.zero() || e.link_local() || !pred(e) || e.index > 255) continue;
+      if (e.type != gid_type::roce_v2 || e.zero() || e.link_local() || !pred(e) || e.index > 255) {
+        continue;
+      }
       gid_choice c;
       c.port = port;
       c.index = static_cast<std::uint8_t>(e.index);
@@ -200,14 +220,18 @@ inline gid_choice gid_at(const context& ctx, std::uint8_t port, std::uint64_t in
     }
     return std::nullopt;
   };
-  if (auto c = pick([](const gid_entry& e) { return e.ipv4_mapped(); }, "first RoCE v2 IPv4-mapped entry"))
+  if (auto c = pick([](const gid_entry& e) { return e.ipv4_mapped(); }, "first RoCE v2 IPv4-mapped entry")) {
     return *c;
+  }
   if (auto c = pick([](const gid_entry& e) { return !e.ipv4_mapped(); },
-                    "first RoCE v2 global IPv6 entry (no IPv4-mapped one)"))
+                    "first RoCE v2 global IPv6 entry (no IPv4-mapped one)")) {
     return *c;
+  }
   std::string seen;
   for (const gid_entry& e : table) {
-    if (!seen.empty()) seen += ", ";
+    if (!seen.empty()) {
+      seen += ", ";
+    }
     seen += std::to_string(e.index) + ":" + std::string(to_string(e.type)) + " " + to_string(e.gid);
   }
   detail::throw_rdx(errc::no_device, ctx.name() + " port " + std::to_string(port) +

@@ -196,7 +196,9 @@ private:
   };
   static constexpr std::size_t page = 4096;
   static std::size_t bytes(std::size_t count) {
-    if (count == 0) detail::throw_rdx(errc::invalid_argument, "registered_buffer: zero elements");
+    if (count == 0) {
+      detail::throw_rdx(errc::invalid_argument, "registered_buffer: zero elements");
+    }
     if (count > (SIZE_MAX - page) / sizeof(T)) {
       detail::throw_rdx(errc::limit_exceeded,
                         "registered_buffer: " + std::to_string(count) + " elements overflow");
@@ -206,7 +208,9 @@ private:
   static std::unique_ptr<T, free_deleter> allocate(std::size_t count) {
     std::size_t n = (bytes(count) + page - 1) / page * page;
     void* p = std::aligned_alloc(page, n);
-    if (p == nullptr) throw std::bad_alloc();
+    if (p == nullptr) {
+      throw std::bad_alloc();
+    }
     std::memset(p, 0, n);
     return std::unique_ptr<T, free_deleter>(static_cast<T*>(p));
   }

@@ -49,8 +49,12 @@ public:
   [[nodiscard]] std::error_code bind(queue_pair& qp, const memory_region& mr, std::size_t offset,
                                      std::size_t len, access rights, const void* ctx = nullptr,
                                      bool signaled = true) noexcept {
-    if (type_ != mw_type::type1) return make_error_code(errc::invalid_argument);
-    if (offset > mr.length() || len > mr.length() - offset) return make_error_code(errc::out_of_range);
+    if (type_ != mw_type::type1) {
+      return make_error_code(errc::invalid_argument);
+    }
+    if (offset > mr.length() || len > mr.length() - offset) {
+      return make_error_code(errc::out_of_range);
+    }
     ibv_mw_bind b{};
     b.wr_id = to_wr_id(ctx);
     b.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
@@ -61,7 +65,9 @@ public:
   //! which must still be registered).
   [[nodiscard]] std::error_code unbind(queue_pair& qp, const void* ctx = nullptr,
                                        bool signaled = true) noexcept {
-    if (type_ != mw_type::type1) return make_error_code(errc::invalid_argument);
+    if (type_ != mw_type::type1) {
+      return make_error_code(errc::invalid_argument);
+    }
     ibv_mw_bind b{};
     b.wr_id = to_wr_id(ctx);
     b.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
@@ -99,11 +105,17 @@ private:
     return bi;
   }
   std::error_code apply(queue_pair& qp, ibv_mw_bind& b, std::uint64_t addr, std::uint64_t len) noexcept {
-    if (qp.state() != qp_state::rts) return make_error_code(errc::not_ready);
+    if (qp.state() != qp_state::rts) {
+      return make_error_code(errc::not_ready);
+    }
     int rc = ::ibv_bind_mw(qp.native_handle(), h_.get(), &b);
-    if (rc != 0) return {rc > 0 ? rc : EINVAL, std::generic_category()};
+    if (rc != 0) {
+      return {rc > 0 ? rc : EINVAL, std::generic_category()};
+    }
     rkey_ = h_->rkey;
-    if (len != 0) mr_ = b.bind_info.mr;
+    if (len != 0) {
+      mr_ = b.bind_info.mr;
+    }
     addr_ = addr;
     length_ = len;
     return {};

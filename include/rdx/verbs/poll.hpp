@@ -20,17 +20,24 @@ namespace rdx {
                                               std::size_t min_count, std::chrono::nanoseconds timeout,
                                               std::size_t& filled) noexcept {
   filled = 0;
-  if (min_count > out.size()) min_count = out.size();
+  if (min_count > out.size()) {
+    min_count = out.size();
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   unsigned spins = 0;
   for (;;) {
     int n = cq.poll(out.subspan(filled));
-    if (n < 0) return {-n, std::generic_category()};
+    if (n < 0) {
+      return {-n, std::generic_category()};
+    }
     filled += static_cast<std::size_t>(n);
-    if (filled >= min_count) return {};
+    if (filled >= min_count) {
+      return {};
+    }
     // Reading the clock every poll would dominate a fast loop.
-    if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+    if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) {
       return make_error_code(errc::timed_out);
+    }
   }
 }
 
@@ -47,7 +54,9 @@ template <class F>
 inline int drain(completion_queue& cq, std::span<completion> scratch,
                  F&& f) noexcept(noexcept(f(scratch[0]))) {
   int n = cq.poll(scratch);
-  for (int i = 0; i < n; ++i) f(scratch[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < n; ++i) {
+    f(scratch[static_cast<std::size_t>(i)]);
+  }
   return n;
 }
 

@@ -19,7 +19,9 @@ public:
   static_assert(N > 0);
   //! Appends a request; false when the batch is full.
   [[nodiscard]] bool push(const Wr& w) noexcept {
-    if (size_ == N) return false;
+    if (size_ == N) {
+      return false;
+    }
     wrs_[size_++] = w;
     return true;
   }
@@ -47,7 +49,9 @@ template <std::size_t N>
 [[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch,
                                    std::size_t* bad_index = nullptr) noexcept {
   std::error_code ec = qp.post_send(batch.requests(), bad_index);
-  if (!ec) batch.clear();
+  if (!ec) {
+    batch.clear();
+  }
   return ec;
 }
 //! Posts a receive batch with one call; on success the batch is cleared.
@@ -55,7 +59,9 @@ template <std::size_t N>
 [[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch,
                                    std::size_t* bad_index = nullptr) noexcept {
   std::error_code ec = qp.post_recv(batch.requests(), bad_index);
-  if (!ec) batch.clear();
+  if (!ec) {
+    batch.clear();
+  }
   return ec;
 }
 

@@ -18,7 +18,9 @@ public:
   //! @throws rdx::error when ibv_alloc_pd fails.
   explicit protection_domain(const context& ctx) {
     ibv_pd* pd = ::ibv_alloc_pd(ctx.native_handle());
-    if (pd == nullptr) detail::throw_errno("ibv_alloc_pd", ctx.name(), errno ? errno : ENOMEM);
+    if (pd == nullptr) {
+      detail::throw_errno("ibv_alloc_pd", ctx.name(), errno ? errno : ENOMEM);
+    }
     h_ = detail::make_shared_verbs(pd, &::ibv_dealloc_pd, "ibv_dealloc_pd", {ctx.shared_handle()});
     ctx_ = ctx.shared_handle();
   }

@@ -111,7 +111,9 @@ inline void check_qp_attr(const queue_pair_attr& a, const device_attributes& d, 
   if (a.type != qp_type::rc && a.type != qp_type::uc && a.type != qp_type::ud) {
     throw_rdx(errc::invalid_argument, obj + ": type must be RC, UC or UD");
   }
-  if (a.max_send_wr == 0) throw_rdx(errc::invalid_argument, obj + ": max_send_wr = 0, need at least 1");
+  if (a.max_send_wr == 0) {
+    throw_rdx(errc::invalid_argument, obj + ": max_send_wr = 0, need at least 1");
+  }
   over("max_send_wr", a.max_send_wr, d.max_qp_wr);
   over("max_recv_wr", a.max_recv_wr, d.max_qp_wr);
   over("max_send_sge", a.max_send_sge, d.max_sge);
@@ -127,13 +129,24 @@ inline void check_connect_options(const connect_options& o) {
     throw_rdx(errc::invalid_argument,
               std::string("connect: ") + field + " = " + std::to_string(v) + " is invalid (" + allowed + ")");
   };
-  if (o.timeout == 0) bad("timeout", 0, "1 to 31; 0 would disable retransmission");
-  if (o.timeout > 31) bad("timeout", o.timeout, "1 to 31");
-  if (o.retry_cnt > 7) bad("retry_cnt", o.retry_cnt, "0 to 7");
-  if (o.rnr_retry > 7) bad("rnr_retry", o.rnr_retry, "0 to 7");
-  if (o.min_rnr_timer > 31) bad("min_rnr_timer", o.min_rnr_timer, "0 to 31");
-  if (mtu_bytes(o.max_mtu) == 0)
+  if (o.timeout == 0) {
+    bad("timeout", 0, "1 to 31; 0 would disable retransmission");
+  }
+  if (o.timeout > 31) {
+    bad("timeout", o.timeout, "1 to 31");
+  }
+  if (o.retry_cnt > 7) {
+    bad("retry_cnt", o.retry_cnt, "0 to 7");
+  }
+  if (o.rnr_retry > 7) {
+    bad("rnr_retry", o.rnr_retry, "0 to 7");
+  }
+  if (o.min_rnr_timer > 31) {
+    bad("min_rnr_timer", o.min_rnr_timer, "0 to 31");
+  }
+  if (mtu_bytes(o.max_mtu) == 0) {
     bad("max_mtu", static_cast<unsigned>(o.max_mtu), "IBV_MTU_256 to IBV_MTU_4096");
+  }
 }
 
 //! Checks a peer's endpoint before it reaches ibv_modify_qp.
@@ -202,7 +215,9 @@ public:
     ia.cap.max_recv_wr = attr.srq != nullptr ? 0 : attr.max_recv_wr;
     ia.cap.max_send_sge = attr.max_send_sge;
     ia.cap.max_recv_sge = attr.srq != nullptr ? 0 : attr.max_recv_sge;
-    if (attr.srq != nullptr) ia.srq = attr.srq->native_handle();
+    if (attr.srq != nullptr) {
+      ia.srq = attr.srq->native_handle();
+    }
     ia.cap.max_inline_data = attr.max_inline_data.value_or(64);
     ibv_qp* qp = ::ibv_create_qp(pd.native_handle(), &ia);
     int err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
@@ -230,7 +245,9 @@ public:
       detail::throw_errno("ibv_create_qp", what, err);
     }
     std::shared_ptr<const void> srq;
-    if (attr.srq != nullptr) srq = attr.srq->shared_handle();
+    if (attr.srq != nullptr) {
+      srq = attr.srq->shared_handle();
+    }
     h_ = detail::make_shared_verbs(
         qp, &::ibv_destroy_qp, "ibv_destroy_qp",
         {pd.shared_handle(), send_cq.shared_handle(), recv_cq.shared_handle(), srq});
@@ -258,8 +275,9 @@ public:
   [[nodiscard]] qp_state query_state() const {
     ibv_qp_attr a{};
     ibv_qp_init_attr ia{};
-    if (int rc = ::ibv_query_qp(h_.get(), &a, IBV_QP_STATE, &ia); rc != 0)
+    if (int rc = ::ibv_query_qp(h_.get(), &a, IBV_QP_STATE, &ia); rc != 0) {
       detail::throw_errno("ibv_query_qp", name(), rc);
+    }
     return static_cast<qp_state>(a.qp_state);
   }
 
@@ -310,8 +328,12 @@ public:
       a.ah_attr = address_handle::make_attr(remote, port_, gid_index_, opt.hop_limit);
       a.ah_attr.sl = opt.sl;
       // InfiniBand inside a subnet: the LID is the address; the GRH is for routers.
-      if (!roce_ && remote.lid != 0) a.ah_attr.is_global = 0;
-      if (a.ah_attr.is_global) a.ah_attr.grh.traffic_class = opt.traffic_class;
+      if (!roce_ && remote.lid != 0) {
+        a.ah_attr.is_global = 0;
+      }
+      if (a.ah_attr.is_global != 0) {
+        a.ah_attr.grh.traffic_class = opt.traffic_class;
+      }
       mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
       if (type_ == qp_type::rc) {
         a.max_dest_rd_atomic = detail::clamp_rd_atomic(opt.max_dest_rd_atomic, max_dest_rd_atomic_dev_);
@@ -366,16 +388,23 @@ public:
       detail::throw_rdx(errc::not_ready, name() + ": connect() needs RESET or INIT, the QP is in " +
                                              std::string(to_string(state_)));
     }
-    if (state_ == qp_state::reset) to_init();
+    if (state_ == qp_state::reset) {
+      to_init();
+    }
     to_rtr(remote, opt);
-    if (type_ == qp_type::rc || type_ == qp_type::uc) to_rts(opt);
+    if (type_ == qp_type::rc || type_ == qp_type::uc) {
+      to_rts(opt);
+    }
   }
 
   //! Readies a UD queue pair to send and receive: RESET -> INIT -> RTR -> RTS.
   void activate() {
-    if (type_ != qp_type::ud)
+    if (type_ != qp_type::ud) {
       detail::throw_rdx(errc::invalid_argument, name() + ": activate() is for UD; use connect()");
-    if (state_ == qp_state::reset) to_init();
+    }
+    if (state_ == qp_state::reset) {
+      to_init();
+    }
     to_rtr(endpoint{});
     to_rts();
   }
@@ -386,8 +415,9 @@ public:
   //! @return empty, errc::not_ready when the QP is not in RTS, or the errno from
   //! ibv_post_send (ENOMEM: send queue full).
   [[nodiscard]] std::error_code post_send(send_wr& w) noexcept {
-    if (state_ != qp_state::rts) [[unlikely]]
-      return make_error_code(errc::not_ready);
+    if (state_ != qp_state::rts) {
+      [[unlikely]] return make_error_code(errc::not_ready);
+    }
     prepare(w);
     w.native().next = nullptr;
     ibv_send_wr* bad = nullptr;
@@ -399,17 +429,24 @@ public:
   //! given, is the index of the first request not posted; those before it were.
   [[nodiscard]] std::error_code post_send(std::span<send_wr> batch,
                                           std::size_t* bad_index = nullptr) noexcept {
-    if (bad_index != nullptr) *bad_index = 0;
-    if (state_ != qp_state::rts) [[unlikely]]
-      return make_error_code(errc::not_ready);
-    if (batch.empty()) return {};
+    if (bad_index != nullptr) {
+      *bad_index = 0;
+    }
+    if (state_ != qp_state::rts) {
+      [[unlikely]] return make_error_code(errc::not_ready);
+    }
+    if (batch.empty()) {
+      return {};
+    }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       prepare(batch[i]);
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
     ibv_send_wr* bad = nullptr;
     std::error_code ec = post_result(::ibv_post_send(h_.get(), &batch[0].native(), &bad));
-    if (ec && bad_index != nullptr) *bad_index = index_of(batch, bad);
+    if (ec && bad_index != nullptr) {
+      *bad_index = index_of(batch, bad);
+    }
     return ec;
   }
 
@@ -417,8 +454,9 @@ public:
   //! errc::invalid_argument on a QP that takes receives from an SRQ, or the errno
   //! from ibv_post_recv (ENOMEM: receive queue full).
   [[nodiscard]] std::error_code post_recv(recv_wr& w) noexcept {
-    if (state_ == qp_state::reset || has_srq_) [[unlikely]]
-      return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    if (state_ == qp_state::reset || has_srq_) {
+      [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    }
     w.native().next = nullptr;
     ibv_recv_wr* bad = nullptr;
     return post_result(::ibv_post_recv(h_.get(), &w.native(), &bad));
@@ -427,10 +465,15 @@ public:
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch,
                                           std::size_t* bad_index = nullptr) noexcept {
-    if (bad_index != nullptr) *bad_index = 0;
-    if (state_ == qp_state::reset || has_srq_) [[unlikely]]
-      return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
-    if (batch.empty()) return {};
+    if (bad_index != nullptr) {
+      *bad_index = 0;
+    }
+    if (state_ == qp_state::reset || has_srq_) {
+      [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    }
+    if (batch.empty()) {
+      return {};
+    }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
@@ -438,7 +481,9 @@ public:
     std::error_code ec = post_result(::ibv_post_recv(h_.get(), &batch[0].native(), &bad));
     if (ec && bad_index != nullptr) {
       for (std::size_t i = 0; i < batch.size(); ++i) {
-        if (&batch[i].native() == bad) *bad_index = i;
+        if (&batch[i].native() == bad) {
+          *bad_index = i;
+        }
       }
     }
     return ec;
@@ -460,12 +505,19 @@ private:
       ibv_qp_init_attr ia = base;
       ia.cap.max_inline_data = n;
       ibv_qp* q = ::ibv_create_qp(pd.native_handle(), &ia);
-      if (q == nullptr) return false;
-      if (int rc = ::ibv_destroy_qp(q); rc != 0) detail::report_destroy_failure("ibv_destroy_qp", rc);
+      if (q == nullptr) {
+        return false;
+      }
+      if (int rc = ::ibv_destroy_qp(q); rc != 0) {
+        detail::report_destroy_failure("ibv_destroy_qp", rc);
+      }
       return true;
     };
-    if (!accepted(0)) return std::nullopt;
-    std::uint32_t lo = 0, hi = base.cap.max_inline_data;  // lo accepted, hi refused
+    if (!accepted(0)) {
+      return std::nullopt;
+    }
+    std::uint32_t lo = 0;                         // accepted
+    std::uint32_t hi = base.cap.max_inline_data;  // refused
     while (hi - lo > 1) {
       std::uint32_t mid = lo + (hi - lo) / 2;
       (accepted(mid) ? lo : hi) = mid;
@@ -479,13 +531,17 @@ private:
     }
   }
   static std::error_code post_result(int rc) noexcept {
-    if (rc == 0) return {};
+    if (rc == 0) {
+      return {};
+    }
     int e = rc > 0 ? rc : (errno != 0 ? errno : EINVAL);
     return {e, std::generic_category()};
   }
   static std::size_t index_of(std::span<send_wr> batch, const ibv_send_wr* bad) noexcept {
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (&batch[i].native() == bad) return i;
+      if (&batch[i].native() == bad) {
+        return i;
+      }
     }
     return 0;
   }

@@ -30,13 +30,16 @@ class shared_receive_queue : detail::move_only {
 public:
   //! @throws rdx::error (errc::limit_exceeded) naming field, value and limit;
   //! rdx::error from ibv_create_srq otherwise.
-  shared_receive_queue(const protection_domain& pd, const shared_receive_queue_attr& attr = {}) {
+  explicit shared_receive_queue(const protection_domain& pd, const shared_receive_queue_attr& attr = {}) {
     const context ctx = pd.device_context();
     device_attributes d = ctx.query_device();
     std::string obj = "shared_receive_queue on " + ctx.name();
-    if (d.max_srq == 0)
+    if (d.max_srq == 0) {
       detail::throw_rdx(errc::unsupported, obj + ": the device has no shared receive queues");
-    if (attr.max_wr == 0) detail::throw_rdx(errc::invalid_argument, obj + ": max_wr = 0, need at least 1");
+    }
+    if (attr.max_wr == 0) {
+      detail::throw_rdx(errc::invalid_argument, obj + ": max_wr = 0, need at least 1");
+    }
     if (attr.max_wr > static_cast<std::uint32_t>(d.max_srq_wr)) {
       detail::throw_rdx(
           errc::limit_exceeded,
@@ -52,7 +55,9 @@ public:
     ia.attr.max_sge = attr.max_sge;
     ia.attr.srq_limit = attr.limit;
     ibv_srq* srq = ::ibv_create_srq(pd.native_handle(), &ia);
-    if (srq == nullptr) detail::throw_errno("ibv_create_srq", ctx.name(), errno ? errno : EINVAL);
+    if (srq == nullptr) {
+      detail::throw_errno("ibv_create_srq", ctx.name(), errno ? errno : EINVAL);
+    }
     h_ = detail::make_shared_verbs(srq, &::ibv_destroy_srq, "ibv_destroy_srq", {pd.shared_handle()});
     max_wr_ = ia.attr.max_wr;
   }
@@ -72,7 +77,9 @@ public:
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch) noexcept {
-    if (batch.empty()) return {};
+    if (batch.empty()) {
+      return {};
+    }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
@@ -82,7 +89,9 @@ public:
 
 private:
   static std::error_code result(int rc) noexcept {
-    if (rc == 0) return {};
+    if (rc == 0) {
+      return {};
+    }
     return {rc > 0 ? rc : (errno != 0 ? errno : EINVAL), std::generic_category()};
   }
   std::shared_ptr<ibv_srq> h_;

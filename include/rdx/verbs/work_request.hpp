@@ -24,7 +24,17 @@ public:
   send_wr() noexcept { wr_.sg_list = &sge_; }
   send_wr(const send_wr& o) noexcept { copy_from(o); }
   send_wr& operator=(const send_wr& o) noexcept {
-    if (this != &o) copy_from(o);
+    if (this != &o) {
+      copy_from(o);
+    }
+    return *this;
+  }
+  // A move is a copy: the embedded SGE must be re-pointed either way.
+  send_wr(send_wr&& o) noexcept { copy_from(o); }
+  send_wr& operator=(send_wr&& o) noexcept {
+    if (this != &o) {
+      copy_from(o);
+    }
     return *this;
   }
   ~send_wr() = default;
@@ -66,7 +76,9 @@ public:
   //! Bytes the SGL covers.
   [[nodiscard]] std::uint64_t total_length() const noexcept {
     std::uint64_t n = 0;
-    for (int i = 0; i < wr_.num_sge; ++i) n += wr_.sg_list[i].length;
+    for (int i = 0; i < wr_.num_sge; ++i) {
+      n += wr_.sg_list[i].length;
+    }
     return n;
   }
   //! Whether the payload may be inlined (send and write kinds, not disabled).
@@ -86,7 +98,9 @@ public:
   }
   static send_wr make(ibv_wr_opcode op, std::span<const ibv_sge> sgl, const void* ctx) noexcept {
     send_wr w;
-    if (!sgl.empty()) w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());  // verbs never writes the SGL
+    if (!sgl.empty()) {
+      w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());  // verbs never writes the SGL
+    }
     w.wr_.num_sge = static_cast<int>(sgl.size());
     w.init(op, ctx);
     return w;
@@ -135,7 +149,9 @@ private:
     wr_ = o.wr_;
     sge_ = o.sge_;
     no_inline_ = o.no_inline_;
-    if (o.wr_.sg_list == &o.sge_) wr_.sg_list = &sge_;
+    if (o.wr_.sg_list == &o.sge_) {
+      wr_.sg_list = &sge_;
+    }
     wr_.next = nullptr;
   }
   ibv_send_wr wr_{};
@@ -149,7 +165,17 @@ public:
   recv_wr() noexcept { wr_.sg_list = &sge_; }
   recv_wr(const recv_wr& o) noexcept { copy_from(o); }
   recv_wr& operator=(const recv_wr& o) noexcept {
-    if (this != &o) copy_from(o);
+    if (this != &o) {
+      copy_from(o);
+    }
+    return *this;
+  }
+  // A move is a copy: the embedded SGE must be re-pointed either way.
+  recv_wr(recv_wr&& o) noexcept { copy_from(o); }
+  recv_wr& operator=(recv_wr&& o) noexcept {
+    if (this != &o) {
+      copy_from(o);
+    }
     return *this;
   }
   ~recv_wr() = default;
@@ -179,7 +205,9 @@ public:
   }
   static recv_wr make(std::span<const ibv_sge> sgl, const void* ctx) noexcept {
     recv_wr w;
-    if (!sgl.empty()) w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());
+    if (!sgl.empty()) {
+      w.wr_.sg_list = const_cast<ibv_sge*>(sgl.data());
+    }
     w.wr_.num_sge = static_cast<int>(sgl.size());
     w.context(ctx);
     return w;
@@ -189,7 +217,9 @@ private:
   void copy_from(const recv_wr& o) noexcept {
     wr_ = o.wr_;
     sge_ = o.sge_;
-    if (o.wr_.sg_list == &o.sge_) wr_.sg_list = &sge_;
+    if (o.wr_.sg_list == &o.sge_) {
+      wr_.sg_list = &sge_;
+    }
     wr_.next = nullptr;
   }
   ibv_recv_wr wr_{};
