@@ -51,6 +51,18 @@ TEST_CASE("copies of a request point at their own single SGE") {
   CHECK(c.sgl()[0].length == 64);
 }
 
+TEST_CASE("a moved request points at its own single SGE") {
+  auto a = rdx::wr::send(sge(0x4000, 32));
+  rdx::send_wr m = std::move(a);
+  CHECK(m.native().sg_list != a.native().sg_list);
+  CHECK(m.sgl()[0].addr == 0x4000);
+  auto r = rdx::wr::recv(sge(0x5000, 16));
+  rdx::recv_wr rm;
+  rm = std::move(r);
+  CHECK(rm.native().sg_list != r.native().sg_list);
+  CHECK(rm.sgl()[0].addr == 0x5000);
+}
+
 TEST_CASE("a multi-entry SGL is referenced, not copied") {
   std::array<ibv_sge, 3> sgl{sge(0x1000, 16), sge(0x2000, 32), sge(0x3000, 48)};
   auto w = rdx::wr::write(sgl, {0x9000, 0x55});
