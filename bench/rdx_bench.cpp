@@ -192,6 +192,10 @@ void bw_bench(benchmark::State& state, Run run, std::size_t size, unsigned depth
       const double mbps = static_cast<double>(r.bytes) / r.seconds / 1e6;
       state.counters["MBps"] = mbps;
       state.counters["msgs"] = static_cast<double>(r.bytes / size);
+      if (r.wr_per_op > 0) {
+        state.counters["wr_per_op"] = r.wr_per_op;
+        state.counters["signaled_per_op"] = r.signaled_per_op;
+      }
       twin<Api>(state, key, mbps);
     }
   } catch (const std::exception& e) {
