@@ -57,6 +57,7 @@ struct options {
   std::optional<ibv_mtu> mtu;
   mode m = mode::send;
   bool rc_compat = false;
+  bool events = false;  // sleep on completion events instead of busy polling
   std::chrono::seconds timeout{30};
   std::optional<std::uint32_t> corrupt_round;  // testing: damage one payload on purpose
 };
@@ -95,6 +96,8 @@ void usage(const char* argv0) {
       "                         exchange and its traffic (send mode). Run it with the\n"
       "                         same -s and -n, with -g GID_INDEX on RoCE, and with -c\n"
       "                         so that it fills and checks its payload\n"
+      "  -e, --events           sleep on completion events instead of busy polling\n"
+      "                         (as ibv_rc_pingpong -e; send, write_imm, --rc-compat)\n"
       "  -t, --timeout SEC      limit for connecting and for each completion (default 30)\n"
       "  -h, --help             this text\n"
       "\n"
@@ -149,6 +152,8 @@ options parse_options(int argc, char** argv, bool& help) {
       o.m = mode::channel;
     } else if (r.match({"--window"})) {
       o.m = mode::window;
+    } else if (r.match({"-e", "--events"})) {
+      o.events = true;
     } else if (r.match({"--rc-compat"})) {
       o.rc_compat = true;
     } else if (r.match({"--corrupt-round"}, &v)) {
@@ -274,9 +279,16 @@ settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std:
 
 constexpr std::uint32_t recv_slots = 2;
 
+std::optional<rdx::completion_channel> make_channel(const rdx::context& ctx, bool events) {
+  if (!events) return std::nullopt;
+  return rdx::completion_channel(ctx);
+}
+
 struct resources {
   rdx::context ctx;
   rdx::protection_domain pd;
+  std::optional<rdx::completion_channel> send_ch;  // event mode (-e) only
+  std::optional<rdx::completion_channel> recv_ch;
   rdx::completion_queue send_cq;
   rdx::completion_queue recv_cq;
   rdx::queue_pair qp;
@@ -286,8 +298,10 @@ struct resources {
   resources(const options& o, rdx::context c)
       : ctx(std::move(c)),
         pd(ctx),
-        send_cq(ctx, 16),
-        recv_cq(ctx, 16),
+        send_ch(make_channel(ctx, o.events)),
+        recv_ch(make_channel(ctx, o.events)),
+        send_cq(ctx, rdx::completion_queue_attr{.depth = 16, .channel = send_ch ? &*send_ch : nullptr}),
+        recv_cq(ctx, rdx::completion_queue_attr{.depth = 16, .channel = recv_ch ? &*recv_ch : nullptr}),
         qp(pd, send_cq, recv_cq,
            rdx::queue_pair_attr{.max_send_wr = 4,
                                 .max_recv_wr = recv_slots + 2,
@@ -311,10 +325,31 @@ void post_recv_slot(resources& r, const options& o, std::uint32_t slot) {
   if (ec) throw failure("post a receive: " + ec.message());
 }
 
-rdx::completion wait_completion(rdx::completion_queue& cq, const char* what, std::uint32_t iter,
+// Busy-polls cq for one completion, or with `events` sleeps on its channel
+// between polls (arm, poll once more to close the race, then wait).
+std::error_code next_completion(rdx::completion_queue& cq, rdx::completion& c, bool events,
                                 std::chrono::seconds timeout) {
+  if (!events) return rdx::poll_one(cq, c, timeout);
+  const auto deadline = steady::now() + timeout;
+  for (;;) {
+    int n = cq.poll(std::span<rdx::completion>(&c, 1));
+    if (n < 0) return {-n, std::generic_category()};
+    if (n == 1) return {};
+    if (std::error_code ec = cq.arm()) return ec;
+    n = cq.poll(std::span<rdx::completion>(&c, 1));
+    if (n < 0) return {-n, std::generic_category()};
+    if (n == 1) return {};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+    if (left.count() <= 0) return rdx::make_error_code(rdx::errc::timed_out);
+    if (std::error_code ec = cq.wait_event(left)) return ec;
+  }
+}
+
+rdx::completion wait_completion(rdx::completion_queue& cq, const char* what, std::uint32_t iter,
+                                const options& o) {
+  const std::chrono::seconds timeout = o.timeout;
   rdx::completion c{};
-  const std::error_code ec = rdx::poll_one(cq, c, timeout);
+  const std::error_code ec = next_completion(cq, c, o.events, timeout);
   if (ec == rdx::errc::timed_out)
     throw failure("round trip " + std::to_string(iter) + ": no " + what + " completion within " +
                   std::to_string(timeout.count()) + " s (has the peer stopped? see its output)");
@@ -463,18 +498,18 @@ int run_native(const options& o) {
       if (o.corrupt_round == k) r.send_buf[o.size / 2] ^= std::byte{0x5a};
       const auto t0 = steady::now();
       post_echo_or_ping(r, o, peer_ring, r.send_buf.sge(), k);
-      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o);
       const auto t1 = steady::now();
-      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      (void)wait_completion(r.send_cq, "send", k, o);
       st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       check_recv(rc, o, k);
       check_payload(slot_mem, o, k, seed, "the echo");
     } else {
-      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o);
       check_recv(rc, o, k);
       // Echo first, check while it is on the wire: the client's latency stays the network's.
       post_echo_or_ping(r, o, peer_ring, r.ring.sge(slot * o.size, o.size), k);
-      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      (void)wait_completion(r.send_cq, "send", k, o);
       check_payload(slot_mem, o, k, seed, "the payload");
     }
     post_recv_slot(r, o, slot);
@@ -532,19 +567,19 @@ int run_rc_compat(const options& o) {
       if (o.corrupt_round == k) r.send_buf[o.size / 2] ^= std::byte{0x5a};
       const auto t0 = steady::now();
       post_echo_or_ping(r, o, {}, r.send_buf.sge(), k);
-      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o);
       const auto t1 = steady::now();
-      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      (void)wait_completion(r.send_cq, "send", k, o);
       st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       check_recv(rc, o, k);
       if (const std::size_t bad = check_rc(slot_mem, o.size, true); bad != o.size)
         throw failure("the echo of round trip " + std::to_string(k) + " is wrong at byte " + std::to_string(bad) +
                       ": " + byte_text(slot_mem[bad]) + " (expected what was sent)");
     } else {
-      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o.timeout);
+      const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o);
       check_recv(rc, o, k);
       post_echo_or_ping(r, o, {}, r.ring.sge(slot * o.size, o.size), k);
-      (void)wait_completion(r.send_cq, "send", k, o.timeout);
+      (void)wait_completion(r.send_cq, "send", k, o);
       if (k == 0 && check_rc(slot_mem, o.size, true) != o.size && check_rc(slot_mem, o.size, false) == o.size) {
         page_marks = false;
         std::printf("  note: the client does not mark pages (ibv_rc_pingpong without -c); checking for 0x7b only\n");

@@ -15,9 +15,10 @@ rdx_add_twonode_test(NAME examples_pingpong_send TIMEOUT 300
   NODE0 ${_pp} -n ${_n}
   NODE1 ${_pp} -n ${_n} $RDX_PEER_ADDR)
 
-rdx_add_twonode_test(NAME examples_pingpong_send_small TIMEOUT 300
-  NODE0 ${_pp} -s 8 -n ${_n}
-  NODE1 ${_pp} -s 8 -n ${_n} $RDX_PEER_ADDR)
+# Small (inline) payloads, both sides sleeping on completion events.
+rdx_add_twonode_test(NAME examples_pingpong_send_small_events TIMEOUT 300
+  NODE0 ${_pp} -e -s 8 -n ${_n}
+  NODE1 ${_pp} -e -s 8 -n ${_n} $RDX_PEER_ADDR)
 
 rdx_add_twonode_test(NAME examples_pingpong_write_imm TIMEOUT 300
   NODE0 ${_pp} --mode write_imm -s 64K -n 50
