@@ -2,14 +2,19 @@
 // operation with the data checked, range checks before posting, rights,
 // striping over 1, 2 and 4 queue pairs, selective signaling, and the three
 // ways to complete (wait, test, co_await) plus event mode.
-#include "channel_support.hpp"
-
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <vector>
+
+#include "channel_support.hpp"
+#include <sys/epoll.h>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using channel_test::pair;
@@ -42,7 +47,8 @@ TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
 
   auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 8);
   counters[3] = 40;
-  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(
+      p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
   auto fa = cw.fetch_add(3, 2);
   REQUIRE(fa.wait(20s) == std::error_code{});
   CHECK(fa.old_value() == 40);
@@ -71,12 +77,12 @@ TEST_CASE("bad ranges fail before anything is posted") {
     std::size_t offset, count;
     rdx::errc want;
   };
-  for (bad b : {bad{0, 0, rdx::errc::invalid_argument},        // zero length
-                bad{64, 1, rdx::errc::out_of_range},           // one past the end
-                bad{60, 5, rdx::errc::out_of_range},           // crosses the end
-                bad{0, 65, rdx::errc::out_of_range},           // longer than the window
-                bad{huge, 1, rdx::errc::out_of_range},         // offset overflow
-                bad{1, huge, rdx::errc::out_of_range},         // offset + count wraps
+  for (bad b : {bad{0, 0, rdx::errc::invalid_argument},            // zero length
+                bad{64, 1, rdx::errc::out_of_range},               // one past the end
+                bad{60, 5, rdx::errc::out_of_range},               // crosses the end
+                bad{0, 65, rdx::errc::out_of_range},               // longer than the window
+                bad{huge, 1, rdx::errc::out_of_range},             // offset overflow
+                bad{1, huge, rdx::errc::out_of_range},             // offset + count wraps
                 bad{huge / 8 + 1, 1, rdx::errc::out_of_range}}) {  // offset * 8 overflows
     INFO("offset " << b.offset << " count " << b.count);
     CHECK(w.check(b.offset, b.count) == b.want);
@@ -94,7 +100,8 @@ TEST_CASE("bad ranges fail before anything is posted") {
 
   // Atomics: the index is checked the same way.
   auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 4);
-  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(
+      p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
   auto fa = cw.fetch_add(4, 1);
   CHECK(fa.error() == rdx::errc::out_of_range);
   auto cs = cw.compare_swap(huge, 0, 1);
@@ -111,7 +118,8 @@ TEST_CASE("grants carry exact rights; a window claims only granted rights") {
   rdx::registered_buffer<std::uint32_t> local_only(p.pd, 64);
   auto ro = rdx::make_window_buffer<std::uint32_t, rights::read>(p.pd, 64);
   // The region must grant exactly the rights of the grant, no more, no fewer.
-  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(local_only)), Catch::Contains("allows remote none"));
+  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(local_only)),
+                    Catch::Contains("allows remote none"));
   CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::write>(ro)), Catch::Contains("exactly write"));
   rdx::grant<std::uint32_t, rights::read> g(ro);
   CHECK(g.descriptor().granted == rights::read);
@@ -121,7 +129,8 @@ TEST_CASE("grants carry exact rights; a window claims only granted rights") {
   CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::write>(p.a, g.descriptor())),
                     Catch::Contains("granted read"));
   // Element size, alignment and wraparound of a peer's descriptor are checked.
-  CHECK_THROWS_WITH((rdx::remote_window<std::uint64_t, rights::read>(p.a, g.descriptor())), Catch::Contains("elements"));
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint64_t, rights::read>(p.a, g.descriptor())),
+                    Catch::Contains("elements"));
   auto d = g.descriptor();
   d.memory.addr += 2;
   CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("aligned"));
@@ -131,11 +140,13 @@ TEST_CASE("grants carry exact rights; a window claims only granted rights") {
   CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("wraps"));
   d = g.descriptor();
   d.memory.length = 255;
-  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)), Catch::Contains("whole number"));
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint32_t, rights::read>(p.a, d)),
+                    Catch::Contains("whole number"));
   // Sub-spans of a region: inside is fine, outside throws.
   std::vector<std::uint32_t> unregistered(8);
-  CHECK_THROWS_AS((rdx::local_span<std::uint32_t>(local_only.region(), std::span<std::uint32_t>(unregistered))),
-                  rdx::error);
+  CHECK_THROWS_AS(
+      (rdx::local_span<std::uint32_t>(local_only.region(), std::span<std::uint32_t>(unregistered))),
+      rdx::error);
   rdx::local_span<std::uint32_t> inside(local_only.region(), local_only.span().subspan(8, 8));
   CHECK(inside.size() == 8);
 }
@@ -171,7 +182,8 @@ TEST_CASE("striping: large writes and reads split in 512 KiB chunks over K queue
 TEST_CASE("selective signaling: one signaled request per 64, the send queue never overflows") {
   pair p(rdx::connection_attr{.send_depth = 32, .signal_interval = 16, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512);
-  rdx::remote_window<std::uint64_t, rights::write> w(p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::remote_window<std::uint64_t, rights::write> w(
+      p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 512);
   for (std::size_t i = 0; i < 512; ++i) src[i] = i * 3 + 1;
   rdx::local_span<const std::uint64_t> s(src);
@@ -184,8 +196,10 @@ TEST_CASE("selective signaling: one signaled request per 64, the send queue neve
   auto start = [&](std::size_t i) { return w.write(s.subspan(i % 500, 8), (i * 8) % 504); };
   std::size_t done_count = 0;
   for (std::size_t round = 0; round < 25; ++round) {
-    auto o0 = start(round * 8 + 0), o1 = start(round * 8 + 1), o2 = start(round * 8 + 2), o3 = start(round * 8 + 3);
-    auto o4 = start(round * 8 + 4), o5 = start(round * 8 + 5), o6 = start(round * 8 + 6), o7 = start(round * 8 + 7);
+    auto o0 = start(round * 8 + 0), o1 = start(round * 8 + 1), o2 = start(round * 8 + 2),
+         o3 = start(round * 8 + 3);
+    auto o4 = start(round * 8 + 4), o5 = start(round * 8 + 5), o6 = start(round * 8 + 6),
+         o7 = start(round * 8 + 7);
     max_outstanding = std::max(max_outstanding, p.a.outstanding(0));
     for (rdx::operation* o : {&o0, &o1, &o2, &o3, &o4, &o5, &o6, &o7}) {
       REQUIRE(o->wait(20s) == std::error_code{});
@@ -204,7 +218,8 @@ TEST_CASE("selective signaling: one signaled request per 64, the send queue neve
 TEST_CASE("a stream of writes signals every interval and covers the tail when waited") {
   pair p(rdx::connection_attr{.send_depth = 256, .signal_interval = 64, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 4096);
-  rdx::remote_window<std::uint64_t, rights::write> w(p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::remote_window<std::uint64_t, rights::write> w(
+      p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 4096);
   for (std::size_t i = 0; i < 4096; ++i) src[i] = i ^ 0x5555;
   rdx::local_span<const std::uint64_t> s(src);
@@ -232,7 +247,8 @@ channel_test::task copy_by_coroutine(rdx::remote_window<std::uint32_t, rights::r
     std::error_code ec = co_await w.write(src, 0);
     if (ec) co_return;
     ec = co_await w.read(dst, 0);
-    if (ec || dst[0] != static_cast<std::uint32_t>(r) || std::memcmp(dst.data(), src.data(), src.size_bytes()) != 0) {
+    if (ec || dst[0] != static_cast<std::uint32_t>(r) ||
+        std::memcmp(dst.data(), src.data(), src.size_bytes()) != 0) {
       co_return;
     }
     ++good;
@@ -266,8 +282,7 @@ TEST_CASE("test() completes without blocking; event mode waits on the completion
     fill(src.span(), static_cast<std::uint32_t>(r));
     auto wop = w.write(src, 0);
     const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (!wop.test() && std::chrono::steady_clock::now() < deadline) {
-    }
+    while (!wop.test() && std::chrono::steady_clock::now() < deadline) {}
     REQUIRE(wop.ok());
     auto rop = w.read(dst, 0);
     REQUIRE(rop.wait(20s, rdx::wait_mode::events) == std::error_code{});
@@ -279,4 +294,42 @@ TEST_CASE("test() completes without blocking; event mode waits on the completion
   pair q;
   CHECK(q.a.fd() == -1);
   CHECK(q.a.wait_event(1ms) == rdx::errc::not_ready);
+}
+
+TEST_CASE("event mode: the completion channel's fd joins an application's epoll loop") {
+  pair p(rdx::connection_attr{.recv_depth = 4, .message_size = 64, .events = true});
+  rdx::channel<std::uint32_t> tx(p.a), rx(p.b);
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  REQUIRE(ep >= 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = 7;
+  REQUIRE(::epoll_ctl(ep, EPOLL_CTL_ADD, p.b.fd(), &ev) == 0);
+  int woken = 0;
+  for (std::uint32_t r = 0; r < 10; ++r) {
+    auto got = rx.receive();
+    // Armed before the message is sent: its arrival raises an event.
+    REQUIRE(p.b.arm() == std::error_code{});
+    auto sent = tx.send(r);
+    // The application's loop: sleep in epoll_wait, take the event, progress, re-arm.
+    while (!got.done()) {
+      epoll_event out{};
+      const int n = ::epoll_wait(ep, &out, 1, 20000);
+      REQUIRE(n == 1);
+      CHECK(out.data.u32 == 7);
+      ++woken;
+      p.b.ack_event();
+      p.b.progress();
+      if (!got.done()) {
+        // Re-arm, then poll once more: a completion before arming raises no event.
+        REQUIRE(p.b.arm() == std::error_code{});
+        p.b.progress();
+      }
+    }
+    REQUIRE(got.ok());
+    CHECK(got.value() == r);
+    REQUIRE(sent.wait(20s) == std::error_code{});
+  }
+  CHECK(woken >= 1);
+  ::close(ep);
 }
