@@ -26,6 +26,7 @@ void usage(const char* argv0) {
       "  -d, --ib-dev DEV   only this device (default: all)\n"
       "  -i, --ib-port N    only this port (default: all)\n"
       "  -l, --list         only list device names\n"
+      "  -v, --verbose      accepted for ibv_devinfo's users (always verbose)\n"
       "  -h, --help         this text\n"
       "\n"
       "Exit status: 0 on success, 1 when a device cannot be opened or queried, or\n"
@@ -217,6 +218,8 @@ int main(int argc, char** argv) {
         device = v;
       } else if (r.match({"-i", "--ib-port"}, &v)) {
         port = static_cast<int>(examples::parse_number("--ib-port", v, 1, 255));
+      } else if (r.match({"-v", "--verbose"})) {
+        // Accepted for ibv_devinfo's users: the output is always the verbose one.
       } else if (r.match({"-l", "--list"})) {
         list_only = true;
       } else {

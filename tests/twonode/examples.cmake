@@ -67,3 +67,7 @@ rdx_add_twonode_test(NAME examples_pingpong_detects_corruption TIMEOUT 300
   NODE0 ${_fail} 1 "'FAILED: the payload of round trip 3 is wrong at byte 2048'" ${_pp} -n 10
   NODE1 ${_fail} 1 "'FAILED: (the echo of round trip 3 is wrong at byte 2048|round trip [34]: no receive completion)'"
         ${_pp} -n 10 -t 10 --corrupt-round 3 $RDX_PEER_ADDR)
+
+# Bad device and bad GID index: refused before any connection, naming what exists.
+rdx_add_rdma_test(NAME examples_pingpong_bad_device_and_gid TIMEOUT 300
+  COMMAND bash -c "${_fail} 1 'RDMA device .nosuch. not found .devices present: ' ${_pp} -d nosuch && ${_fail} 1 'GID index 7 on .* port 1' ${_pp} -x 7")

@@ -284,3 +284,40 @@ TEST_CASE("endpoint: text form names every field") {
   const auto s = rdx::to_string(sample_endpoint());
   CHECK(s == "LID 0xbeef QPN 0x123456 PSN 0xabcdef GID ::ffff:10.77.0.1 (index 3) MTU 4096 port 2");
 }
+
+TEST_CASE("wire: damaged messages decode to valid values or fail cleanly, never anything else") {
+  // Deterministic mutations of valid messages: flipped bytes, cut and
+  // extended buffers. Each must decode to an endpoint that passes the same
+  // range checks as the encoder, or throw rdx::error with errc::wire_format.
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const auto good = rdx::wire::encode(sample_endpoint(), sample_descriptors(3));
+  std::size_t decoded = 0, rejected = 0;
+  for (int round = 0; round < 20000; ++round) {
+    auto b = good;
+    const int flips = 1 + static_cast<int>(next() % 4);
+    for (int f = 0; f < flips; ++f) b[next() % b.size()] ^= std::byte(1u << (next() % 8));
+    if (next() % 8 == 0) b.resize(next() % (b.size() + 8));
+    try {
+      const auto m = rdx::wire::decode(b);
+      ++decoded;
+      REQUIRE(m.ep.qpn <= 0xffffffu);
+      REQUIRE(m.ep.psn <= 0xffffffu);
+      REQUIRE(rdx::mtu_bytes(m.ep.mtu) != 0);
+      REQUIRE(m.ep.port != 0);
+      REQUIRE(m.descriptors.size() <= rdx::wire::max_descriptors);
+      // What decodes re-encodes to the same bytes.
+      REQUIRE(rdx::wire::encode(m.ep, m.descriptors) == b);
+    } catch (const rdx::error& e) {
+      ++rejected;
+      REQUIRE(e.code() == rdx::errc::wire_format);
+    }
+  }
+  CHECK(decoded > 0);
+  CHECK(rejected > 0);
+}
