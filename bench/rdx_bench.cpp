@@ -321,6 +321,56 @@ void micro_poll_empty(benchmark::State& state, std::string key) {
   }
 }
 
+// --- paired: both twins alternate in blocks within one run --------------------
+
+//! Runs the raw and the rdx loop alternately in `blocks` blocks each (order
+//! flipping every block), so both see the same load on a shared, noisy host;
+//! reports each one's figure and the ratio rdx / raw. Bandwidth: bytes over
+//! the summed block times; latency: the median over all operations.
+template <class RawRun, class RdxRun>
+void paired_bench(benchmark::State& state, bool bw, RawRun raw_run, RdxRun rdx_run, std::uint64_t count,
+                  std::size_t size, unsigned depth, unsigned qps) {
+  const unsigned blocks = 8;
+  const std::uint64_t per_block = std::max<std::uint64_t>(bw ? 4ull * depth : 5, count / blocks);
+  try {
+    for (auto _ : state) {
+      result raw_total, rdx_total;
+      double elapsed = 0;
+      for (unsigned b = 0; b < blocks; ++b) {
+        for (int k = 0; k < 2; ++k) {
+          const bool rdx_now = (k == 0) == ((b + (opt.rdx_first ? 1 : 0)) % 2 == 1);
+          result r = rdx_now ? rdx_run(per_block) : raw_run(per_block);
+          result& t = rdx_now ? rdx_total : raw_total;
+          t.seconds += r.seconds;
+          t.bytes += r.bytes;
+          t.lat_us.insert(t.lat_us.end(), r.lat_us.begin(), r.lat_us.end());
+          elapsed += r.seconds;
+        }
+      }
+      state.SetIterationTime(elapsed);
+      double raw_fig, rdx_fig;
+      if (bw) {
+        raw_fig = static_cast<double>(raw_total.bytes) / raw_total.seconds / 1e6;
+        rdx_fig = static_cast<double>(rdx_total.bytes) / rdx_total.seconds / 1e6;
+        state.counters["raw_MBps"] = raw_fig;
+        state.counters["rdx_MBps"] = rdx_fig;
+      } else {
+        raw_fig = median(raw_total.lat_us);
+        rdx_fig = median(rdx_total.lat_us);
+        state.counters["raw_lat_us"] = raw_fig;
+        state.counters["rdx_lat_us"] = rdx_fig;
+      }
+      state.counters["vs_raw"] = rdx_fig / raw_fig;
+      state.counters["msgs"] = static_cast<double>(per_block * blocks);
+    }
+  } catch (const std::exception& e) {
+    report_failure(state, e);
+  }
+  state.counters["size"] = static_cast<double>(size);
+  state.counters["depth"] = depth;
+  state.counters["qps"] = qps;
+}
+
 // --- registration -------------------------------------------------------------
 
 std::string size_name(std::size_t s) { return std::to_string(s); }
@@ -432,6 +482,77 @@ void register_all(bool have_device) {
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
       lat_bench<chan_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); }, size, "fabric/send_lat" + suffix);
     })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  }
+
+  // Paired runs of the same twins (see paired_bench): the ratio least moved by host noise.
+  auto reg_paired = [](const std::string& name, fn f) {
+    benchmark::RegisterBenchmark(name.c_str(), f)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+  };
+  for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
+    for (unsigned depth : opt.depths) {
+      for (std::size_t size : opt.sizes) {
+        if (depth > 1 && size > opt.depth64_max) continue;
+        const std::uint64_t n = bw_count(size, depth);
+        reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) + "/depth:" + std::to_string(depth),
+                   [=](benchmark::State& s) {
+                     paired_bench(s, true, [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, o, size, depth, c); },
+                                  [&](std::uint64_t c) { return run_bw<rdx_api>(*g_fabric, o, size, depth, c); }, n, size, depth, 1);
+                   });
+      }
+    }
+  }
+  for (op o : {op::write_lat, op::read_lat, op::send_lat}) {
+    for (std::size_t size : opt.sizes) {
+      const std::uint64_t n = lat_count(size);
+      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size), [=](benchmark::State& s) {
+        paired_bench(s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, o, size, c); },
+                     [&](std::uint64_t c) { return run_lat<rdx_api>(*g_fabric, o, size, c); }, n, size, 1, 1);
+      });
+    }
+  }
+  for (op o : {op::window_write_bw, op::window_read_bw}) {
+    for (unsigned qps : {1u, 2u}) {
+      for (unsigned depth : opt.depths) {
+        for (std::size_t size : opt.sizes) {
+          if ((depth > 1 && size > opt.depth64_max) || (qps > 1 && size < opt.stripe_min)) continue;
+          const std::uint64_t n = bw_count(size, depth);
+          reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) + "/depth:" +
+                         std::to_string(depth) + "/qps:" + std::to_string(qps),
+                     [=](benchmark::State& s) {
+                       paired_bench(s, true, [&](std::uint64_t c) { return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, c, qps); },
+                                    [&](std::uint64_t c) { return run_window_bw(*g_fabric, o, size, depth, c, qps); }, n, size, depth, qps);
+                     });
+        }
+      }
+    }
+  }
+  for (op o : {op::window_write_lat, op::window_read_lat}) {
+    for (std::size_t size : opt.sizes) {
+      const std::uint64_t n = lat_count(size);
+      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size), [=](benchmark::State& s) {
+        paired_bench(s, false, [&](std::uint64_t c) { return run_window_lat<raw_api>(*g_fabric, o, size, c); },
+                     [&](std::uint64_t c) { return run_window_lat<rdx_api>(*g_fabric, o, size, c); }, n, size, 1, 1);
+      });
+    }
+  }
+  for (unsigned depth : opt.depths) {
+    for (std::size_t size : opt.sizes) {
+      if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
+      const std::uint64_t n = bw_count(size, depth);
+      reg_paired("fabric/paired/chan_send_bw/size:" + size_name(size) + "/depth:" + std::to_string(depth),
+                 [=](benchmark::State& s) {
+                   paired_bench(s, true, [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, op::send_bw, size, depth, c); },
+                                [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_bw, size, depth, c); }, n, size, depth, 1);
+                 });
+    }
+  }
+  for (std::size_t size : opt.sizes) {
+    if (size > chan_max) continue;
+    const std::uint64_t n = lat_count(size);
+    reg_paired("fabric/paired/chan_send_lat/size:" + size_name(size), [=](benchmark::State& s) {
+      paired_bench(s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, op::send_lat, size, c); },
+                   [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_lat, size, 1, c); }, n, size, 1, 1);
+    });
   }
 }
 
