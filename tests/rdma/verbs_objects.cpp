@@ -288,6 +288,15 @@ TEST_CASE("release() is refused while children are alive, then hands the handle 
   REQUIRE(raw != nullptr);
   CHECK(pd.native_handle() == nullptr);
   CHECK(::ibv_dealloc_pd(raw) == 0);
+
+  // A raw CQ round-trips through from_native_handle() and release().
+  ibv_cq* cq_raw = ::ibv_create_cq(ctx.native_handle(), 8, nullptr, nullptr, 0);
+  REQUIRE(cq_raw != nullptr);
+  auto cq = rdx::completion_queue::from_native_handle(ctx, cq_raw);
+  CHECK(cq.native_handle() == cq_raw);
+  CHECK(cq.release() == cq_raw);
+  CHECK(::ibv_destroy_cq(cq_raw) == 0);
+  CHECK_THROWS_AS(rdx::completion_queue::from_native_handle(ctx, nullptr), rdx::error);
 }
 
 TEST_CASE("completion queues: depth checked against the device") {

@@ -35,6 +35,8 @@ public:
   }
 
   [[nodiscard]] ibv_comp_channel* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership. @throws rdx::error while CQs created with it are alive.
+  [[nodiscard]] ibv_comp_channel* release() { return detail::release_verbs(h_, "completion_channel"); }
   [[nodiscard]] const std::shared_ptr<ibv_comp_channel>& shared_handle() const noexcept { return h_; }
   //! The descriptor to add to an epoll/poll loop (readable when an event waits).
   [[nodiscard]] int fd() const noexcept { return h_->fd; }
@@ -139,6 +141,22 @@ public:
       : completion_queue(ctx, completion_queue_attr{.depth = depth}) {}
 
   [[nodiscard]] ibv_cq* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership. @throws rdx::error while queue pairs using it are alive.
+  [[nodiscard]] ibv_cq* release() { return detail::release_verbs(h_, "completion_queue"); }
+
+  //! Takes ownership of a CQ created on ctx (without a channel rdx owns).
+  //! @throws rdx::error on nullptr or a CQ of another context.
+  [[nodiscard]] static completion_queue from_native_handle(const context& ctx, ibv_cq* cq) {
+    detail::refuse_null(cq, "completion_queue::from_native_handle");
+    if (cq->context != ctx.native_handle()) {
+      detail::throw_rdx(errc::invalid_argument,
+                        "completion_queue::from_native_handle: cq belongs to another context");
+    }
+    completion_queue r;
+    r.h_ = detail::make_shared_verbs(cq, &::ibv_destroy_cq, "ibv_destroy_cq", {ctx.shared_handle()});
+    r.channel_ = cq->channel;
+    return r;
+  }
   [[nodiscard]] const std::shared_ptr<ibv_cq>& shared_handle() const noexcept { return h_; }
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Entries the CQ actually has (at least the depth asked for).
@@ -203,6 +221,7 @@ public:
   }
 
 private:
+  completion_queue() = default;
   std::shared_ptr<ibv_cq> h_;
   ibv_comp_channel* channel_ = nullptr;
 };

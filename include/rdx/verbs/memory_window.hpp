@@ -37,6 +37,7 @@ public:
   }
 
   [[nodiscard]] ibv_mw* native_handle() const noexcept { return h_.get(); }
+  [[nodiscard]] ibv_mw* release() { return detail::release_verbs(h_, "memory_window"); }
   [[nodiscard]] mw_type type() const noexcept { return type_; }
   //! The rkey the window grants now (changes at every bind).
   [[nodiscard]] std::uint32_t rkey() const noexcept { return rkey_; }

@@ -63,6 +63,7 @@ public:
   }
 
   [[nodiscard]] ibv_srq* native_handle() const noexcept { return h_.get(); }
+  [[nodiscard]] ibv_srq* release() { return detail::release_verbs(h_, "shared_receive_queue"); }
   [[nodiscard]] const std::shared_ptr<ibv_srq>& shared_handle() const noexcept { return h_; }
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Receives it can hold (what the device granted).
