@@ -24,15 +24,18 @@ struct usage_error : std::runtime_error {
 
 //! Parses an unsigned number (decimal, or hex with 0x) in [lo, hi]; accepts K/M/G
 //! suffixes when `sizes` is set (powers of 1024).
-inline std::uint64_t parse_number(std::string_view opt, std::string_view text, std::uint64_t lo, std::uint64_t hi,
-                                  bool sizes = false) {
+inline std::uint64_t parse_number(std::string_view opt, std::string_view text, std::uint64_t lo,
+                                  std::uint64_t hi, bool sizes = false) {
   std::uint64_t mult = 1;
   std::string_view digits = text;
   if (sizes && !digits.empty()) {
     switch (digits.back()) {
-      case 'k': case 'K': mult = 1024; break;
-      case 'm': case 'M': mult = 1024 * 1024; break;
-      case 'g': case 'G': mult = 1024ull * 1024 * 1024; break;
+      case 'k':
+      case 'K': mult = 1024; break;
+      case 'm':
+      case 'M': mult = 1024 * 1024; break;
+      case 'g':
+      case 'G': mult = 1024ull * 1024 * 1024; break;
       default: break;
     }
     if (mult != 1) digits.remove_suffix(1);
@@ -44,9 +47,10 @@ inline std::uint64_t parse_number(std::string_view opt, std::string_view text, s
   }
   std::uint64_t v = 0;
   auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, base);
-  if (digits.empty() || ec != std::errc{} || p != digits.data() + digits.size() || v > hi / mult || v * mult < lo) {
-    throw usage_error(std::string(opt) + " " + std::string(text) + ": expected a number from " + std::to_string(lo) +
-                      " to " + std::to_string(hi));
+  if (digits.empty() || ec != std::errc{} || p != digits.data() + digits.size() || v > hi / mult ||
+      v * mult < lo) {
+    throw usage_error(std::string(opt) + " " + std::string(text) + ": expected a number from " +
+                      std::to_string(lo) + " to " + std::to_string(hi));
   }
   return v * mult;
 }
@@ -105,7 +109,8 @@ inline rdx::context open_device(const std::string& name) {
 //! The p-th percentile (0..100) of sorted samples, nearest-rank.
 inline double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
-  auto rank = static_cast<std::size_t>(std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(sorted.size()))));
+  auto rank =
+      static_cast<std::size_t>(std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(sorted.size()))));
   return sorted[std::min(rank, sorted.size()) - 1];
 }
 

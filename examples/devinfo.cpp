@@ -1,16 +1,15 @@
 // rdx devinfo: what a device and its ports report (as ibv_devinfo -v does),
 // plus each port's GID table with entry types and the GID rdx would choose,
 // with the reason.
-#include "common.hpp"
-
 #include <rdx/rdx.hpp>
-
-#include <arpa/inet.h>
-#include <net/if.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <string>
+
+#include "common.hpp"
+#include <arpa/inet.h>
+#include <net/if.h>
 
 namespace {
 
@@ -77,7 +76,8 @@ const char* speed_name(std::uint8_t s) {
   switch (s) {
     case 1: return "2.5 Gbps";
     case 2: return "5.0 Gbps";
-    case 4: case 8: return "10.0 Gbps";
+    case 4:
+    case 8: return "10.0 Gbps";
     case 16: return "14.0 Gbps";
     case 32: return "25.0 Gbps";
     case 64: return "50.0 Gbps";
@@ -159,7 +159,8 @@ void print_device(const rdx::context& ctx, int only_port) {
     const rdx::port_attributes pa = ctx.query_port(static_cast<std::uint8_t>(p));
     const ibv_port_attr& r = pa.raw;
     std::printf("\t\tport:\t%u\n", p);
-    std::printf("\t\t\tstate:\t\t\t%s (%d)\n", ("PORT_" + std::string(rdx::to_string(pa.state))).c_str(), r.state);
+    std::printf("\t\t\tstate:\t\t\t%s (%d)\n", ("PORT_" + std::string(rdx::to_string(pa.state))).c_str(),
+                r.state);
     std::printf("\t\t\tmax_mtu:\t\t%d (%d)\n", rdx::mtu_bytes(r.max_mtu), r.max_mtu);
     std::printf("\t\t\tactive_mtu:\t\t%d (%d)\n", rdx::mtu_bytes(r.active_mtu), r.active_mtu);
     std::printf("\t\t\tsm_lid:\t\t\t%u\n", r.sm_lid);
@@ -233,8 +234,10 @@ int main(int argc, char** argv) {
   try {
     rdx::device_list list;
     if (list.empty()) {
-      std::fprintf(stderr, "%s: no RDMA devices found (is a driver loaded, e.g. rdma link add rxe0 type rxe netdev eth0?)\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "%s: no RDMA devices found (is a driver loaded, e.g. rdma link add rxe0 type rxe netdev eth0?)\n",
+          argv[0]);
       return 1;
     }
     if (list_only) {

@@ -6,18 +6,14 @@
 //
 // Modes: send (send/recv), write_imm (RDMA write with immediate into the
 // peer's registered ring), --channel (rdx::channel<std::byte> messages),
-// --window (rdx::remote_window writes, completion seen by polling memory), and --rc-compat, which speaks rdma-core's
-// ibv_rc_pingpong exchange and traffic so either side may be ibv_rc_pingpong.
-#include "common.hpp"
-
-#include <rdx/connect/rc_pingpong_exchange.hpp>
+// --window (rdx::remote_window writes, completion seen by polling memory), and --rc-compat, which speaks
+// rdma-core's ibv_rc_pingpong exchange and traffic so either side may be ibv_rc_pingpong.
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/window.hpp>
+#include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
-
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -28,6 +24,9 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common.hpp"
+#include <unistd.h>
 
 namespace {
 
@@ -143,11 +142,16 @@ options parse_options(int argc, char** argv, bool& help) {
         throw examples::usage_error("--mtu " + v + ": expected 256, 512, 1024, 2048 or 4096");
       o.mtu = m;
     } else if (r.match({"--mode"}, &v)) {
-      if (v == "send") o.m = mode::send;
-      else if (v == "write_imm") o.m = mode::write_imm;
-      else if (v == "channel") o.m = mode::channel;
-      else if (v == "window") o.m = mode::window;
-      else throw examples::usage_error("--mode " + v + ": expected send, write_imm, channel or window");
+      if (v == "send")
+        o.m = mode::send;
+      else if (v == "write_imm")
+        o.m = mode::write_imm;
+      else if (v == "channel")
+        o.m = mode::channel;
+      else if (v == "window")
+        o.m = mode::window;
+      else
+        throw examples::usage_error("--mode " + v + ": expected send, write_imm, channel or window");
     } else if (r.match({"--channel"})) {
       o.m = mode::channel;
     } else if (r.match({"--window"})) {
@@ -157,18 +161,21 @@ options parse_options(int argc, char** argv, bool& help) {
     } else if (r.match({"--rc-compat"})) {
       o.rc_compat = true;
     } else if (r.match({"--corrupt-round"}, &v)) {
-      o.corrupt_round = static_cast<std::uint32_t>(examples::parse_number("--corrupt-round", v, 0, 100000000));
+      o.corrupt_round =
+          static_cast<std::uint32_t>(examples::parse_number("--corrupt-round", v, 0, 100000000));
     } else if (r.match({"-t", "--timeout"}, &v)) {
       o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
     } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
       throw examples::usage_error("unknown option " + std::string(r.peek()));
     } else {
-      if (!o.server.empty()) throw examples::usage_error("more than one server address: " + o.server + " and " + r.take());
+      if (!o.server.empty())
+        throw examples::usage_error("more than one server address: " + o.server + " and " + r.take());
       o.server = r.take();
     }
   }
   if (o.rc_compat && o.m != mode::send)
-    throw examples::usage_error("--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
+    throw examples::usage_error(
+        "--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
   if (o.m == mode::channel && o.size > 64 * 1024)
     throw examples::usage_error("--channel carries messages of up to 64K: use a smaller --size");
   return o;
@@ -190,7 +197,8 @@ void fill_pattern(std::byte* p, std::size_t n, std::uint32_t iter, std::uint32_t
   for (std::size_t i = 0; i < n; ++i) p[i] = std::byte{pattern_byte(i, iter, seed)};
 }
 // Index of the first wrong byte, or n.
-std::size_t check_pattern(const std::byte* p, std::size_t n, std::uint32_t iter, std::uint32_t seed) noexcept {
+std::size_t check_pattern(const std::byte* p, std::size_t n, std::uint32_t iter,
+                          std::uint32_t seed) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     if (p[i] != std::byte{pattern_byte(i, iter, seed)}) return i;
   return n;
@@ -198,7 +206,9 @@ std::size_t check_pattern(const std::byte* p, std::size_t n, std::uint32_t iter,
 
 // ibv_rc_pingpong fills its buffer with 0x7b and, with -c, writes 0 into the
 // first byte of every page; its server echoes what it receives.
-std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+std::size_t page_size() {
+  return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
 void fill_rc(std::byte* p, std::size_t n, bool page_marks) {
   std::memset(p, 0x7b, n);
   if (page_marks)
@@ -262,7 +272,8 @@ settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std:
   auto mode_text = [](std::uint32_t m) {
     return m >= 1 && m <= 4 ? std::string(mode_name(static_cast<mode>(m))) : "mode " + std::to_string(m);
   };
-  if (peer.mode != mine.mode) diff += " --mode " + mode_text(mine.mode) + " here, " + mode_text(peer.mode) + " there;";
+  if (peer.mode != mine.mode)
+    diff += " --mode " + mode_text(mine.mode) + " here, " + mode_text(peer.mode) + " there;";
   if (peer.size != mine.size)
     diff += " -s " + std::to_string(mine.size) + " here, " + std::to_string(peer.size) + " there;";
   if (peer.iters != mine.iters)
@@ -303,14 +314,16 @@ struct resources {
         send_cq(ctx, rdx::completion_queue_attr{.depth = 16, .channel = send_ch ? &*send_ch : nullptr}),
         recv_cq(ctx, rdx::completion_queue_attr{.depth = 16, .channel = recv_ch ? &*recv_ch : nullptr}),
         qp(pd, send_cq, recv_cq,
-           rdx::queue_pair_attr{.max_send_wr = 4,
-                                .max_recv_wr = recv_slots + 2,
-                                .port = o.ib_port,
-                                .gid_index = o.gid_index,
-                                .remote_access = o.m == mode::write_imm ? rdx::access::remote_write : rdx::access::none}),
+           rdx::queue_pair_attr{
+               .max_send_wr = 4,
+               .max_recv_wr = recv_slots + 2,
+               .port = o.ib_port,
+               .gid_index = o.gid_index,
+               .remote_access = o.m == mode::write_imm ? rdx::access::remote_write : rdx::access::none}),
         send_buf(pd, o.size),
         ring(pd, o.size * recv_slots,
-             o.m == mode::write_imm ? rdx::access::local_write | rdx::access::remote_write : rdx::access::local_write) {}
+             o.m == mode::write_imm ? rdx::access::local_write | rdx::access::remote_write
+                                    : rdx::access::local_write) {}
 };
 
 // Posts the receive for slot `slot`: into the ring (send mode) or empty (write
@@ -357,8 +370,8 @@ rdx::completion wait_completion(rdx::completion_queue& cq, const char* what, std
   if (!c.ok()) {
     char vendor[32];
     std::snprintf(vendor, sizeof vendor, "vendor error 0x%x", c.vendor_err());
-    throw failure("round trip " + std::to_string(iter) + ": " + what + " failed: " + c.error().message() + " (" +
-                  vendor + ")");
+    throw failure("round trip " + std::to_string(iter) + ": " + what + " failed: " + c.error().message() +
+                  " (" + vendor + ")");
   }
   return c;
 }
@@ -367,8 +380,8 @@ void check_recv(const rdx::completion& c, const options& o, std::uint32_t iter) 
   const std::uint32_t slot = iter % recv_slots;
   const auto it = std::to_string(iter);
   if (c.wr_id() != slot)
-    throw failure("round trip " + it + ": receive completed for slot " + std::to_string(c.wr_id()) + ", expected " +
-                  std::to_string(slot));
+    throw failure("round trip " + it + ": receive completed for slot " + std::to_string(c.wr_id()) +
+                  ", expected " + std::to_string(slot));
   if (o.m == mode::write_imm) {
     if (c.opcode() != IBV_WC_RECV_RDMA_WITH_IMM || !c.has_imm())
       throw failure("round trip " + it + ": expected an RDMA write with immediate, got opcode " +
@@ -383,8 +396,8 @@ void check_recv(const rdx::completion& c, const options& o, std::uint32_t iter) 
                   std::to_string(o.size));
 }
 
-void post_echo_or_ping(resources& r, const options& o, const rdx::remote_descriptor& peer_ring, const ibv_sge& src,
-                       std::uint32_t iter) {
+void post_echo_or_ping(resources& r, const options& o, const rdx::remote_descriptor& peer_ring,
+                       const ibv_sge& src, std::uint32_t iter) {
   const std::uint32_t slot = iter % recv_slots;
   std::error_code ec;
   if (o.m == mode::write_imm) {
@@ -396,7 +409,8 @@ void post_echo_or_ping(resources& r, const options& o, const rdx::remote_descrip
 }
 
 // Whether this side's payload for `iter` is right; throws naming the first wrong byte.
-void check_payload(const std::byte* p, const options& o, std::uint32_t iter, std::uint32_t seed, const char* who) {
+void check_payload(const std::byte* p, const options& o, std::uint32_t iter, std::uint32_t seed,
+                   const char* who) {
   const std::size_t bad = check_pattern(p, o.size, iter, seed);
   if (bad != o.size)
     throw failure(std::string(who) + " of round trip " + std::to_string(iter) + " is wrong at byte " +
@@ -420,11 +434,13 @@ void print_stats(const options& o, const run_stats& st, const char* label) {
   std::printf("%u round trips of %zu bytes (%s), every payload checked\n", o.iters, o.size, label);
   std::printf("  round-trip latency: min %.2f us, median %.2f us, p99 %.2f us, mean %.2f us\n", min, med, p99,
               sum / static_cast<double>(s.size()));
-  std::printf("  one-way (half round trip): min %.2f us, median %.2f us, p99 %.2f us\n", min / 2, med / 2, p99 / 2);
-  std::printf("  bandwidth: %.2f MB/s = %.2f Mbit/s (2 x %zu x %u bytes in %.3f s of round trips; loop %.3f s)\n", mbps,
-              mbps * 8, o.size, o.iters, sum / 1e6, st.wall_s);
-  std::printf("RESULT mode=%s size=%zu iters=%u min_us=%.2f median_us=%.2f p99_us=%.2f mbit_s=%.2f\n", label, o.size,
-              o.iters, min, med, p99, mbps * 8);
+  std::printf("  one-way (half round trip): min %.2f us, median %.2f us, p99 %.2f us\n", min / 2, med / 2,
+              p99 / 2);
+  std::printf(
+      "  bandwidth: %.2f MB/s = %.2f Mbit/s (2 x %zu x %u bytes in %.3f s of round trips; loop %.3f s)\n",
+      mbps, mbps * 8, o.size, o.iters, sum / 1e6, st.wall_s);
+  std::printf("RESULT mode=%s size=%zu iters=%u min_us=%.2f median_us=%.2f p99_us=%.2f mbit_s=%.2f\n", label,
+              o.size, o.iters, min, med, p99, mbps * 8);
 }
 
 // --- the two roles --------------------------------------------------------------
@@ -482,8 +498,8 @@ int run_native(const options& o) {
   const auto copts = connect_opts(o);
   r.qp.connect(remote.ep, copts);
   std::printf("  connected: path MTU %d, mode %s, %zu bytes x %u round trips\n",
-              rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})), mode_name(o.m),
-              o.size, o.iters);
+              rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})),
+              mode_name(o.m), o.size, o.iters);
   std::fflush(stdout);
   rdx::tcp::barrier(sock, o.timeout);  // both queue pairs ready, receives posted
 
@@ -520,7 +536,8 @@ int run_native(const options& o) {
   if (client) {
     print_stats(o, st, mode_name(o.m));
   } else {
-    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size, mode_name(o.m));
+    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size,
+                mode_name(o.m));
   }
   return 0;
 }
@@ -538,7 +555,8 @@ int run_rc_compat(const options& o) {
   auto connect = [&](const rdx::endpoint& remote) {
     std::printf("  remote address: %s\n", rdx::to_string(remote).c_str());
     if (rdx::gid_is_zero(remote.gid) && r.ctx.query_port(r.qp.port()).is_ethernet())
-      throw failure("the peer sent a zero GID, which a RoCE port cannot reach: run ibv_rc_pingpong with -g GID_INDEX");
+      throw failure(
+          "the peer sent a zero GID, which a RoCE port cannot reach: run ibv_rc_pingpong with -g GID_INDEX");
     r.qp.connect(remote, copts);
   };
 
@@ -552,7 +570,8 @@ int run_rc_compat(const options& o) {
     auto sock = l.accept(o.timeout);
     (void)rdx::rc_pingpong::server_exchange(sock, r.qp.local_endpoint(), connect, agreed, o.timeout);
   }
-  std::printf("  connected: path MTU %d, %zu bytes x %u round trips\n", rdx::mtu_bytes(agreed), o.size, o.iters);
+  std::printf("  connected: path MTU %d, %zu bytes x %u round trips\n", rdx::mtu_bytes(agreed), o.size,
+              o.iters);
   std::fflush(stdout);
 
   run_stats st;
@@ -573,20 +592,22 @@ int run_rc_compat(const options& o) {
       st.rtt_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       check_recv(rc, o, k);
       if (const std::size_t bad = check_rc(slot_mem, o.size, true); bad != o.size)
-        throw failure("the echo of round trip " + std::to_string(k) + " is wrong at byte " + std::to_string(bad) +
-                      ": " + byte_text(slot_mem[bad]) + " (expected what was sent)");
+        throw failure("the echo of round trip " + std::to_string(k) + " is wrong at byte " +
+                      std::to_string(bad) + ": " + byte_text(slot_mem[bad]) + " (expected what was sent)");
     } else {
       const rdx::completion rc = wait_completion(r.recv_cq, "receive", k, o);
       check_recv(rc, o, k);
       post_echo_or_ping(r, o, {}, r.ring.sge(slot * o.size, o.size), k);
       (void)wait_completion(r.send_cq, "send", k, o);
-      if (k == 0 && check_rc(slot_mem, o.size, true) != o.size && check_rc(slot_mem, o.size, false) == o.size) {
+      if (k == 0 && check_rc(slot_mem, o.size, true) != o.size &&
+          check_rc(slot_mem, o.size, false) == o.size) {
         page_marks = false;
-        std::printf("  note: the client does not mark pages (ibv_rc_pingpong without -c); checking for 0x7b only\n");
+        std::printf(
+            "  note: the client does not mark pages (ibv_rc_pingpong without -c); checking for 0x7b only\n");
       }
       if (const std::size_t bad = check_rc(slot_mem, o.size, page_marks); bad != o.size)
-        throw failure("the payload of round trip " + std::to_string(k) + " is wrong at byte " + std::to_string(bad) +
-                      ": " + byte_text(slot_mem[bad]) + ", expected " +
+        throw failure("the payload of round trip " + std::to_string(k) + " is wrong at byte " +
+                      std::to_string(bad) + ": " + byte_text(slot_mem[bad]) + ", expected " +
                       byte_text((page_marks && bad % page_size() == 0) ? std::byte{0} : std::byte{0x7b}) +
                       " (ibv_rc_pingpong's fill)");
     }
@@ -615,16 +636,17 @@ int run_typed(const options& o) {
   rdx::protection_domain pd(ctx);
   const bool client = !o.server.empty();
   const bool window = o.m == mode::window;
-  rdx::connection conn(pd, rdx::connection_attr{.recv_depth = 16,
-                                                .message_size = window ? 64u : static_cast<std::uint32_t>(o.size),
-                                                .port = o.ib_port,
-                                                .gid_index = o.gid_index});
+  rdx::connection conn(pd,
+                       rdx::connection_attr{.recv_depth = 16,
+                                            .message_size = window ? 64u : static_cast<std::uint32_t>(o.size),
+                                            .port = o.ib_port,
+                                            .gid_index = o.gid_index});
   const std::size_t words = (o.size + 7) / 8 + 1;  // payload, then the sequence word
   auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
   const rdx::grant<std::uint64_t, rdx::rights::write> g(mine);
   rdx::registered_buffer<std::uint64_t> out(pd, words);
-  std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m), ctx.name().c_str(),
-              conn.qp(0).port());
+  std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
+              ctx.name().c_str(), conn.qp(0).port());
   std::printf("  local address:  %s\n", rdx::to_string(conn.qp(0).local_endpoint()).c_str());
 
   rdx::tcp::socket sock;
@@ -642,14 +664,16 @@ int run_typed(const options& o) {
   const std::uint32_t seed = client ? mine_settings.seed : peer.seed;
   const rdx::window_descriptor grants[] = {g.descriptor()};
   const rdx::peer_offer offer = rdx::exchange_and_connect(
-      sock, conn, window ? std::span<const rdx::window_descriptor>(grants) : std::span<const rdx::window_descriptor>(),
+      sock, conn,
+      window ? std::span<const rdx::window_descriptor>(grants) : std::span<const rdx::window_descriptor>(),
       o.timeout, connect_opts(o));
-  std::printf("  remote address: %s (%s), %u queue pair(s)\n", rdx::to_string(offer.info.endpoints[0]).c_str(),
-              sock.peer().c_str(), conn.queue_pair_count());
+  std::printf("  remote address: %s (%s), %u queue pair(s)\n",
+              rdx::to_string(offer.info.endpoints[0]).c_str(), sock.peer().c_str(), conn.queue_pair_count());
   std::optional<rdx::remote_window<std::uint64_t, rdx::rights::write>> peer_win;
   if (window) {
     if (offer.windows.size() != 1)
-      throw failure("the peer granted " + std::to_string(offer.windows.size()) + " windows, --window needs 1");
+      throw failure("the peer granted " + std::to_string(offer.windows.size()) +
+                    " windows, --window needs 1");
     peer_win.emplace(conn, offer.windows[0]);
     if (peer_win->size() < words)
       throw failure("the peer's window of " + std::to_string(peer_win->size()) + " words is smaller than " +
@@ -733,7 +757,8 @@ int run_typed(const options& o) {
   if (client) {
     print_stats(o, st, mode_name(o.m));
   } else {
-    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size, mode_name(o.m));
+    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size,
+                mode_name(o.m));
   }
   return 0;
 }

@@ -4,13 +4,13 @@
 
 #include <catch2/catch.hpp>
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <string>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 namespace rcp = rdx::rc_pingpong;
@@ -77,10 +77,13 @@ TEST_CASE("rc_pingpong: parse inverts format and takes the agreed MTU") {
 }
 
 TEST_CASE("rc_pingpong: malformed messages are rejected with the position") {
-  require_parse_error(from_text("0000-000011:abcdef:00000000000000000000ffff0a4d0001"), "expected ':' at byte 4");
-  require_parse_error(from_text("0000:000011:abcdef-00000000000000000000ffff0a4d0001"), "expected ':' at byte 18");
+  require_parse_error(from_text("0000-000011:abcdef:00000000000000000000ffff0a4d0001"),
+                      "expected ':' at byte 4");
+  require_parse_error(from_text("0000:000011:abcdef-00000000000000000000ffff0a4d0001"),
+                      "expected ':' at byte 18");
   require_parse_error(from_text("00g0:000011:abcdef:00000000000000000000ffff0a4d0001"), "byte 2 of the LID");
-  require_parse_error(from_text("0000:0000x1:abcdef:00000000000000000000ffff0a4d0001"), "byte 9 of the QP number");
+  require_parse_error(from_text("0000:0000x1:abcdef:00000000000000000000ffff0a4d0001"),
+                      "byte 9 of the QP number");
   require_parse_error(from_text("0000:000011:abcde :00000000000000000000ffff0a4d0001"), "byte 17 of the PSN");
   require_parse_error(from_text("0000:000011:abcdef:00000000000000000000ffff0a4d00z1"), "byte 49 of the GID");
   auto no_nul = rcp::format(roce_endpoint());
@@ -144,11 +147,13 @@ TEST_CASE("rc_pingpong: rdx server against ibv_rc_pingpong's client byte sequenc
       if (n <= 0) return std::string("read failed");
       got += static_cast<std::size_t>(n);
     }
-    if (::write(s.native_handle(), "done", sizeof "done") != sizeof "done") return std::string("write failed");
+    if (::write(s.native_handle(), "done", sizeof "done") != sizeof "done")
+      return std::string("write failed");
     return std::string(theirs, sizeof theirs - 1);
   });
   auto s = l.accept(5s);
-  const auto remote = rcp::server_exchange(s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 5s);
+  const auto remote = rcp::server_exchange(
+      s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 5s);
   CHECK(remote.qpn == 0xabc);
   CHECK(remote.psn == 0x123456);
   CHECK(remote.gid.raw[15] == 2);
@@ -197,7 +202,8 @@ TEST_CASE("rc_pingpong: an rdx-format peer is refused at once, not after a timeo
   c.send_all(bytes, rdx::tcp::clock::now() + 1s);
   const auto t0 = rdx::tcp::clock::now();
   try {
-    (void)rcp::server_exchange(s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 10s);
+    (void)rcp::server_exchange(
+        s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 10s);
     FAIL("accepted an rdx wire message as an ibv_rc_pingpong address");
   } catch (const rdx::error& e) {
     CHECK(e.code() == rdx::errc::wire_format);
@@ -219,7 +225,8 @@ TEST_CASE("rc_pingpong: a server that gets no \"done\" reports it") {
   });
   auto s = l.accept(5s);
   try {
-    (void)rcp::server_exchange(s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 5s);
+    (void)rcp::server_exchange(
+        s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 5s);
     FAIL("accepted a wrong \"done\"");
   } catch (const rdx::error& e) {
     CHECK(std::string(e.what()).find("expected \"done\"") != std::string::npos);

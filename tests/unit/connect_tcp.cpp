@@ -4,15 +4,15 @@
 
 #include <catch2/catch.hpp>
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <future>
 #include <string>
 #include <thread>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 using steady = rdx::tcp::clock;
@@ -200,9 +200,7 @@ TEST_CASE("tcp: a foreign or oversized header is refused before the body is read
 TEST_CASE("tcp: sending to a peer that has gone fails without killing the process") {
   auto l = rdx::tcp::listener::bind("127.0.0.1", 0);
   auto c = rdx::tcp::connect("127.0.0.1", l.port(), 5s);
-  {
-    auto s = l.accept(5s);
-  }  // closed by the server
+  { auto s = l.accept(5s); }  // closed by the server
   std::vector<std::byte> big(1 << 20);
   std::string w;
   // The first send may still succeed into the socket buffer; a later one fails (EPIPE/ECONNRESET).

@@ -137,7 +137,8 @@ TEST_CASE("wire: encode into a caller buffer allocates nothing and checks its si
 }
 
 TEST_CASE("wire: encode refuses what the decoder would refuse") {
-  auto expect_invalid = [](const rdx::endpoint& e, std::span<const rdx::remote_descriptor> d, const char* needle) {
+  auto expect_invalid = [](const rdx::endpoint& e, std::span<const rdx::remote_descriptor> d,
+                           const char* needle) {
     try {
       (void)rdx::wire::encode(e, d);
       FAIL("encode accepted a bad endpoint; expected \"" << needle << "\"");

@@ -4,13 +4,13 @@
 
 #include <infiniband/verbs.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 namespace rdx {
 
@@ -20,13 +20,13 @@ namespace rdx {
 //! the sender's active path MTU (the connection uses the smaller of both);
 //! `port` and `gid_index` are informational for the peer.
 struct endpoint {
-  ibv_gid gid{};                  //!< the port's GID (all zero where only a LID addresses it)
-  std::uint16_t lid = 0;          //!< the port's LID (zero on RoCE)
-  std::uint32_t qpn = 0;          //!< queue pair number, 24 bits
-  std::uint32_t psn = 0;          //!< starting packet sequence number, 24 bits
-  ibv_mtu mtu = IBV_MTU_1024;     //!< active MTU of the sender's port
-  std::uint8_t port = 1;          //!< port number on the sender's device
-  std::uint8_t gid_index = 0;     //!< index of `gid` in the sender's GID table
+  ibv_gid gid{};               //!< the port's GID (all zero where only a LID addresses it)
+  std::uint16_t lid = 0;       //!< the port's LID (zero on RoCE)
+  std::uint32_t qpn = 0;       //!< queue pair number, 24 bits
+  std::uint32_t psn = 0;       //!< starting packet sequence number, 24 bits
+  ibv_mtu mtu = IBV_MTU_1024;  //!< active MTU of the sender's port
+  std::uint8_t port = 1;       //!< port number on the sender's device
+  std::uint8_t gid_index = 0;  //!< index of `gid` in the sender's GID table
 
   friend bool operator==(const endpoint& a, const endpoint& b) noexcept {
     return std::memcmp(a.gid.raw, b.gid.raw, sizeof a.gid.raw) == 0 && a.lid == b.lid && a.qpn == b.qpn &&

@@ -54,8 +54,10 @@ inline std::string printable(std::span<const char> in) {
   std::string s;
   for (char c : in) {
     if (c == '\0') break;
-    if (c >= 0x20 && c < 0x7f) s += c;
-    else s += '?';
+    if (c >= 0x20 && c < 0x7f)
+      s += c;
+    else
+      s += '?';
   }
   return s;
 }
@@ -77,10 +79,11 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! @throws rdx::error (errc::invalid_argument) when the QP number or PSN does not fit in 24 bits.
 [[nodiscard]] inline message_t format(const endpoint& ep) {
   if (ep.qpn > 0xffffffu || ep.psn > 0xffffffu)
-    throw error(errc::invalid_argument, "ibv_rc_pingpong address message: QP number or PSN does not fit in 24 bits");
+    throw error(errc::invalid_argument,
+                "ibv_rc_pingpong address message: QP number or PSN does not fit in 24 bits");
   message_t m{};
-  std::snprintf(m.data(), m.size(), "%04x:%06x:%06x:", static_cast<unsigned>(ep.lid), static_cast<unsigned>(ep.qpn),
-                static_cast<unsigned>(ep.psn));
+  std::snprintf(m.data(), m.size(), "%04x:%06x:%06x:", static_cast<unsigned>(ep.lid),
+                static_cast<unsigned>(ep.qpn), static_cast<unsigned>(ep.psn));
   static constexpr char digits[] = "0123456789abcdef";
   for (std::size_t i = 0; i < 16; ++i) {
     m[19 + 2 * i] = digits[ep.gid.raw[i] >> 4];
@@ -136,7 +139,8 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! Client role: sends this side's address, reads the server's, sends "done".
 //! The server has its queue pair at RTR when this returns; connect the local
 //! one to the returned endpoint, then send first.
-[[nodiscard]] inline endpoint client_exchange(const tcp::socket& s, const endpoint& local, ibv_mtu mtu = default_mtu,
+[[nodiscard]] inline endpoint client_exchange(const tcp::socket& s, const endpoint& local,
+                                              ibv_mtu mtu = default_mtu,
                                               tcp::milliseconds timeout = tcp::default_timeout) {
   const auto deadline = tcp::clock::now() + timeout;
   const message_t out = format(local);
@@ -150,8 +154,8 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! must bring the local queue pair to RTR and post its receives), sends this
 //! side's address, and waits for the client's "done".
 template <std::invocable<const endpoint&> Connect>
-endpoint server_exchange(const tcp::socket& s, const endpoint& local, Connect&& connect, ibv_mtu mtu = default_mtu,
-                         tcp::milliseconds timeout = tcp::default_timeout) {
+endpoint server_exchange(const tcp::socket& s, const endpoint& local, Connect&& connect,
+                         ibv_mtu mtu = default_mtu, tcp::milliseconds timeout = tcp::default_timeout) {
   const auto deadline = tcp::clock::now() + timeout;
   const endpoint remote = parse(detail::recv_address(s, deadline), mtu);
   std::forward<Connect>(connect)(remote);

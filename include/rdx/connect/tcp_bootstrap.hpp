@@ -7,15 +7,6 @@
 #include <rdx/connect/wire.hpp>
 #include <rdx/error.hpp>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -29,6 +20,15 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace rdx::tcp {
 
@@ -49,7 +49,9 @@ inline std::string seconds_text(milliseconds d) {
 [[noreturn]] inline void fail_errno(int err, const std::string& what) {
   throw error(std::error_code(err, std::generic_category()), what);
 }
-[[noreturn]] inline void fail_timeout(const std::string& what) { throw error(errc::timed_out, what); }
+[[noreturn]] inline void fail_timeout(const std::string& what) {
+  throw error(errc::timed_out, what);
+}
 
 //! Milliseconds left until `deadline`, clamped to what poll() accepts.
 inline int poll_ms(clock::time_point deadline) noexcept {
@@ -73,8 +75,10 @@ inline std::string address_text(const sockaddr* sa) {
     port = ntohs(in6->sin6_port);
     // An IPv4 client of a dual-stack listener: show it as plain IPv4.
     std::string h = host;
-    if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos) h = h.substr(7);
-    else h = "[" + h + "]";
+    if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos)
+      h = h.substr(7);
+    else
+      h = "[" + h + "]";
     return h + ":" + std::to_string(port);
   }
   return "?";
@@ -102,7 +106,8 @@ struct addrinfo_list {
   }
 };
 
-inline void resolve(addrinfo_list& out, const char* host, std::uint16_t port, int flags, const std::string& what) {
+inline void resolve(addrinfo_list& out, const char* host, std::uint16_t port, int flags,
+                    const std::string& what) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -150,7 +155,8 @@ public:
 
   //! Sends all of `data` before `deadline`.
   //! @throws rdx::error (errc::timed_out, or the errno of a failed send)
-  void send_all(std::span<const std::byte> data, clock::time_point deadline, std::string_view what = "send") const {
+  void send_all(std::span<const std::byte> data, clock::time_point deadline,
+                std::string_view what = "send") const {
     std::size_t done = 0;
     while (done < data.size()) {
       const ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -170,7 +176,8 @@ public:
   //! Receives exactly `data.size()` bytes before `deadline`.
   //! @throws rdx::error: errc::timed_out; errc::wire_format when the peer
   //!         closes the connection early; the errno of a failed recv.
-  void recv_exact(std::span<std::byte> data, clock::time_point deadline, std::string_view what = "receive") const {
+  void recv_exact(std::span<std::byte> data, clock::time_point deadline,
+                  std::string_view what = "receive") const {
     std::size_t done = 0;
     while (done < data.size()) {
       const ssize_t n = ::recv(fd_, data.data() + done, data.size() - done, MSG_DONTWAIT);
@@ -179,8 +186,9 @@ public:
         continue;
       }
       if (n == 0)
-        throw error(errc::wire_format, std::string(what) + " from " + peer_ + ": peer closed the connection after " +
-                                           std::to_string(done) + " of " + std::to_string(data.size()) + " bytes");
+        throw error(errc::wire_format, std::string(what) + " from " + peer_ +
+                                           ": peer closed the connection after " + std::to_string(done) +
+                                           " of " + std::to_string(data.size()) + " bytes");
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         wait(POLLIN, deadline, what, done, data.size());
@@ -191,7 +199,8 @@ public:
   }
 
   //! Sends one encoded endpoint message.
-  void send_message(const endpoint& ep, std::span<const remote_descriptor> descriptors, clock::time_point deadline) const {
+  void send_message(const endpoint& ep, std::span<const remote_descriptor> descriptors,
+                    clock::time_point deadline) const {
     const auto bytes = wire::encode(ep, descriptors);
     send_all(bytes, deadline, "send endpoint");
   }
@@ -208,14 +217,15 @@ public:
   }
 
 private:
-  void wait(short events, clock::time_point deadline, std::string_view what, std::size_t done, std::size_t total) const {
+  void wait(short events, clock::time_point deadline, std::string_view what, std::size_t done,
+            std::size_t total) const {
     for (;;) {
       pollfd p{fd_, events, 0};
       const int ms = detail::poll_ms(deadline);
       if (ms == 0)
-        detail::fail_timeout(std::string(what) + (events == POLLIN ? " from " : " to ") + peer_ + ": timed out with " +
-                             std::to_string(done) + " of " + std::to_string(total) + " bytes " +
-                             (events == POLLIN ? "received" : "sent"));
+        detail::fail_timeout(std::string(what) + (events == POLLIN ? " from " : " to ") + peer_ +
+                             ": timed out with " + std::to_string(done) + " of " + std::to_string(total) +
+                             " bytes " + (events == POLLIN ? "received" : "sent"));
       const int rc = ::poll(&p, 1, ms);
       if (rc < 0 && errno == EINTR) continue;
       if (rc < 0) detail::fail_errno(errno, "poll on TCP socket to " + peer_);
@@ -236,7 +246,8 @@ public:
   //! every local address when `host` is empty (IPv6 and IPv4 where possible).
   //! @throws rdx::error naming the address and the cause (e.g. EADDRINUSE).
   [[nodiscard]] static listener bind(std::string_view host, std::uint16_t port) {
-    const std::string where = "listen on " + (host.empty() ? "port " + std::to_string(port) : detail::host_port(host, port));
+    const std::string where =
+        "listen on " + (host.empty() ? "port " + std::to_string(port) : detail::host_port(host, port));
     detail::addrinfo_list ai;
     const std::string h(host);
     detail::resolve(ai, host.empty() ? nullptr : h.c_str(), port, AI_PASSIVE, where);
@@ -274,7 +285,8 @@ public:
       ::close(fd);
     }
     std::string w = where;
-    if (last_err == EADDRINUSE) w += " (another program, or an earlier run, holds this port; choose another with -p)";
+    if (last_err == EADDRINUSE)
+      w += " (another program, or an earlier run, holds this port; choose another with -p)";
     detail::fail_errno(last_err, w);
   }
 
@@ -308,7 +320,8 @@ public:
       const int ms = detail::poll_ms(deadline);
       if (ms == 0)
         detail::fail_timeout("accept on port " + std::to_string(port_) + ": no client connected within " +
-                             detail::seconds_text(timeout) + " (is the client running and pointed at this host?)");
+                             detail::seconds_text(timeout) +
+                             " (is the client running and pointed at this host?)");
       const int rc = ::poll(&p, 1, ms);
       if (rc < 0 && errno == EINTR) continue;
       if (rc < 0) detail::fail_errno(errno, "poll on listening port " + std::to_string(port_));
@@ -335,7 +348,8 @@ private:
 //! `timeout` has passed, so a client may start before its server.
 //! @throws rdx::error with the last cause, e.g. "connect to 10.77.0.2:18515
 //!         (retried for 30.0 s; is the server running?): Connection refused".
-[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port, milliseconds timeout = default_timeout) {
+[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port,
+                                    milliseconds timeout = default_timeout) {
   const std::string target = detail::host_port(host, port);
   const auto start = clock::now();
   const auto deadline = start + timeout;
@@ -385,10 +399,14 @@ private:
     backoff = std::min(backoff * 2, milliseconds{500});
   }
   std::string what = "connect to " + target + " (retried for " + detail::seconds_text(timeout);
-  if (last_err == ECONNREFUSED) what += "; is the server running?)";
-  else if (last_err == ETIMEDOUT) what += "; is the host reachable?)";
-  else if (last_err == EHOSTUNREACH || last_err == ENETUNREACH) what += "; check the address and the route)";
-  else what += ")";
+  if (last_err == ECONNREFUSED)
+    what += "; is the server running?)";
+  else if (last_err == ETIMEDOUT)
+    what += "; is the host reachable?)";
+  else if (last_err == EHOSTUNREACH || last_err == ENETUNREACH)
+    what += "; check the address and the route)";
+  else
+    what += ")";
   detail::fail_errno(last_err, what);
 }
 
@@ -412,7 +430,8 @@ inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
   s.send_all(std::span(&out, 1), deadline, "send barrier");
   std::byte in{};
   s.recv_exact(std::span(&in, 1), deadline, "wait for peer at barrier");
-  if (in != out) throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
+  if (in != out)
+    throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
 }
 
 }  // namespace rdx::tcp

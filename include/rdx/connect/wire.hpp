@@ -49,7 +49,8 @@ inline constexpr std::size_t descriptor_size = 24;
 //! Most descriptors one message may carry.
 inline constexpr std::size_t max_descriptors = 256;
 //! Largest valid message: the decoder refuses anything longer before reading it.
-inline constexpr std::size_t max_message_size = header_size + endpoint_size + max_descriptors * descriptor_size;
+inline constexpr std::size_t max_message_size =
+    header_size + endpoint_size + max_descriptors * descriptor_size;
 
 //! Bytes a message with `descriptors` descriptors occupies.
 [[nodiscard]] constexpr std::size_t encoded_size(std::size_t descriptors) noexcept {
@@ -118,7 +119,8 @@ inline bool looks_like_rc_pingpong(std::span<const std::byte> in) noexcept {
 }
 
 inline void check_endpoint(const endpoint& e, errc code, const char* who) {
-  if (e.qpn > 0xffffffu) fail(code, std::string(who) + "QP number " + hex(e.qpn) + " does not fit in 24 bits");
+  if (e.qpn > 0xffffffu)
+    fail(code, std::string(who) + "QP number " + hex(e.qpn) + " does not fit in 24 bits");
   if (e.psn > 0xffffffu) fail(code, std::string(who) + "PSN " + hex(e.psn) + " does not fit in 24 bits");
   const int m = static_cast<int>(e.mtu);
   if (m < IBV_MTU_256 || m > max_mtu_enum)
@@ -128,8 +130,8 @@ inline void check_endpoint(const endpoint& e, errc code, const char* who) {
 
 inline void check_descriptor(const remote_descriptor& d, std::size_t i, errc code, const char* who) {
   if (d.length != 0 && d.length - 1 > UINT64_MAX - d.addr)
-    fail(code, std::string(who) + "descriptor " + std::to_string(i) + ": address " + hex(d.addr) + " + length " +
-                   hex(d.length) + " wraps past the end of the address space");
+    fail(code, std::string(who) + "descriptor " + std::to_string(i) + ": address " + hex(d.addr) +
+                   " + length " + hex(d.length) + " wraps past the end of the address space");
 }
 
 }  // namespace detail
@@ -137,14 +139,15 @@ inline void check_descriptor(const remote_descriptor& d, std::size_t i, errc cod
 //! Writes one message into `out` and returns the bytes written; allocates nothing.
 //! @throws rdx::error (errc::invalid_argument) when `out` is too small, there are
 //!         more than max_descriptors descriptors, or a field is out of range.
-inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor> descriptors, std::span<std::byte> out) {
+inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor> descriptors,
+                          std::span<std::byte> out) {
   if (descriptors.size() > max_descriptors)
     detail::fail(errc::invalid_argument, "cannot encode " + std::to_string(descriptors.size()) +
                                              " descriptors, at most " + std::to_string(max_descriptors));
   const std::size_t n = encoded_size(descriptors.size());
   if (out.size() < n)
-    detail::fail(errc::invalid_argument, "output buffer of " + std::to_string(out.size()) + " bytes, the message needs " +
-                                             std::to_string(n));
+    detail::fail(errc::invalid_argument, "output buffer of " + std::to_string(out.size()) +
+                                             " bytes, the message needs " + std::to_string(n));
   detail::check_endpoint(ep, errc::invalid_argument, "cannot encode endpoint: ");
   for (std::size_t i = 0; i < descriptors.size(); ++i)
     detail::check_descriptor(descriptors[i], i, errc::invalid_argument, "cannot encode ");
@@ -174,7 +177,8 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
 }
 
 //! Encodes one message into a new buffer.
-[[nodiscard]] inline std::vector<std::byte> encode(const endpoint& ep, std::span<const remote_descriptor> descriptors = {}) {
+[[nodiscard]] inline std::vector<std::byte> encode(const endpoint& ep,
+                                                   std::span<const remote_descriptor> descriptors = {}) {
   if (descriptors.size() > max_descriptors) {
     detail::fail(errc::invalid_argument, "cannot encode " + std::to_string(descriptors.size()) +
                                              " descriptors, at most " + std::to_string(max_descriptors));
@@ -190,14 +194,16 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
 //!         version, too many descriptors, or a length that disagrees with them.
 [[nodiscard]] inline header decode_header(std::span<const std::byte> in) {
   if (in.size() < header_size)
-    detail::fail(errc::wire_format, "truncated: " + std::to_string(in.size()) + " bytes, the header alone needs " +
-                                        std::to_string(header_size));
+    detail::fail(errc::wire_format, "truncated: " + std::to_string(in.size()) +
+                                        " bytes, the header alone needs " + std::to_string(header_size));
   const std::byte* p = in.data();
   const std::uint32_t m = detail::get32(p);
   if (m != magic) {
     std::string w = "wrong magic " + detail::hex(m) + " (expected " + detail::hex(magic) + ", \"RDXE\")";
-    if (detail::looks_like_rc_pingpong(in)) w += ": the peer speaks ibv_rc_pingpong's text format (use --rc-compat on this side)";
-    else w += ": the peer is not an rdx program";
+    if (detail::looks_like_rc_pingpong(in))
+      w += ": the peer speaks ibv_rc_pingpong's text format (use --rc-compat on this side)";
+    else
+      w += ": the peer is not an rdx program";
     detail::fail(errc::wire_format, w);
   }
   header h;
@@ -205,17 +211,17 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
   h.descriptor_count = detail::get16(p + 6);
   h.length = detail::get32(p + 8);
   if (h.version != version)
-    detail::fail(errc::wire_format, "unsupported version " + std::to_string(h.version) + " (this side speaks version " +
-                                        std::to_string(version) + ")");
+    detail::fail(errc::wire_format, "unsupported version " + std::to_string(h.version) +
+                                        " (this side speaks version " + std::to_string(version) + ")");
   if (detail::get32(p + 12) != 0)
-    detail::fail(errc::wire_format, "reserved header field at offset 12 is " + detail::hex(detail::get32(p + 12)) +
-                                        ", must be zero");
+    detail::fail(errc::wire_format, "reserved header field at offset 12 is " +
+                                        detail::hex(detail::get32(p + 12)) + ", must be zero");
   if (h.descriptor_count > max_descriptors)
-    detail::fail(errc::wire_format, "oversized: " + std::to_string(h.descriptor_count) + " descriptors, at most " +
-                                        std::to_string(max_descriptors));
+    detail::fail(errc::wire_format, "oversized: " + std::to_string(h.descriptor_count) +
+                                        " descriptors, at most " + std::to_string(max_descriptors));
   if (h.length > max_message_size)
-    detail::fail(errc::wire_format, "oversized: length field says " + std::to_string(h.length) + " bytes, at most " +
-                                        std::to_string(max_message_size));
+    detail::fail(errc::wire_format, "oversized: length field says " + std::to_string(h.length) +
+                                        " bytes, at most " + std::to_string(max_message_size));
   if (h.length != encoded_size(h.descriptor_count))
     detail::fail(errc::wire_format, "length field says " + std::to_string(h.length) + " bytes but " +
                                         std::to_string(h.descriptor_count) + " descriptors make " +
@@ -230,12 +236,12 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
 [[nodiscard]] inline message decode(std::span<const std::byte> in) {
   const header h = decode_header(in);
   if (in.size() < h.length)
-    detail::fail(errc::wire_format, "truncated: " + std::to_string(in.size()) + " of " + std::to_string(h.length) +
-                                        " bytes");
+    detail::fail(errc::wire_format,
+                 "truncated: " + std::to_string(in.size()) + " of " + std::to_string(h.length) + " bytes");
   if (in.size() > h.length)
     detail::fail(errc::wire_format, "oversized: " + std::to_string(in.size()) + " bytes for a message of " +
-                                        std::to_string(h.length) + " (" + std::to_string(in.size() - h.length) +
-                                        " trailing bytes)");
+                                        std::to_string(h.length) + " (" +
+                                        std::to_string(in.size() - h.length) + " trailing bytes)");
   const std::byte* p = in.data() + header_size;
   message msg;
   endpoint& e = msg.ep;
@@ -248,12 +254,12 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
   const auto mtu = std::to_integer<int>(p[28]);
   for (std::size_t i = 29; i < endpoint_size; ++i) {
     if (p[i] != std::byte{0})
-      detail::fail(errc::wire_format, "reserved endpoint byte at offset " + std::to_string(header_size + i) +
-                                          " is not zero");
+      detail::fail(errc::wire_format,
+                   "reserved endpoint byte at offset " + std::to_string(header_size + i) + " is not zero");
   }
   if (mtu < IBV_MTU_256 || mtu > max_mtu_enum)
-    detail::fail(errc::wire_format, "out of range: MTU value " + std::to_string(mtu) +
-                                        " is outside 1 (256 B) to 5 (4096 B)");
+    detail::fail(errc::wire_format,
+                 "out of range: MTU value " + std::to_string(mtu) + " is outside 1 (256 B) to 5 (4096 B)");
   e.mtu = static_cast<ibv_mtu>(mtu);
   detail::check_endpoint(e, errc::wire_format, "out of range: ");
   p += endpoint_size;
