@@ -18,6 +18,7 @@
 #   RDX_SIZE       ping-pong message size in bytes (default 4096)
 #   RDX_DEVICE     use this RDMA device natively
 #   RDX_NO_INSTALL=1  install nothing (fail if something is missing)
+#   RDX_QUICKSTART_SETUP=0  skip installing and building: use build/release as is
 #   JOBS           build and test parallelism (default: nproc)
 set -euo pipefail
 
@@ -34,7 +35,7 @@ PACKAGES=(
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
 )
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 log() { printf '\n==> %s\n' "$*"; }
 t0=$SECONDS
 phase_start=$SECONDS
@@ -113,6 +114,10 @@ give_back_build() {
 }
 
 setup() {
+  if [[ "${RDX_QUICKSTART_SETUP:-1}" == 0 ]]; then
+    [[ -d "$BUILD" ]] || { echo "no $BUILD: run once without RDX_QUICKSTART_SETUP=0" >&2; exit 1; }
+    return 0
+  fi
   log "Debian packages"
   install_packages
   phase_done install
@@ -223,19 +228,18 @@ rows = {}
 skipped, failed = [], []
 def why(text, words):
     lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
-    for l in reversed(lines):
-        if any(w in l.lower() for w in words):
-            return l[:150]
-    return lines[-1][:150] if lines else ""
+    pick = next((l for l in reversed(lines) if any(w in l.lower() for w in words)),
+                lines[-1] if lines else "")
+    return pick[:160]
 for c in cases:
     name = c.get("name")
     out = c.findtext("system-out") or ""
     if c.find("skipped") is not None or c.get("status") in ("notrun", "disabled"):
         status = "skipped"
-        skipped.append((name, why(out, ("skip", "no cuda", "no gpu", "not available"))))
+        skipped.append((name, why(out, ("skip", "no cuda", "no gpu", "not available")).removeprefix(name + ": ")))
     elif c.find("failure") is not None or c.find("error") is not None or c.get("status") == "fail":
         status = "failed"
-        failed.append((name, why(out, ("fail", "error", "timeout"))))
+        failed.append((name, why(out, ("fail", "error", "timeout")).removeprefix(name + ": ")))
     else:
         status = "passed"
     for l in labels.get(name, ["(none)"]):
