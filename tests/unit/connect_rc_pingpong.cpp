@@ -139,16 +139,21 @@ TEST_CASE("rc_pingpong: rdx server against ibv_rc_pingpong's client byte sequenc
   auto peer = std::async(std::launch::async, [&] {
     auto s = rdx::tcp::connect("127.0.0.1", l.port(), 5s);
     const char mine[] = "0000:000abc:123456:00000000000000000000ffff0a4d0002";
-    if (::write(s.native_handle(), mine, sizeof mine) != sizeof mine) return std::string("write failed");
+    if (::write(s.native_handle(), mine, sizeof mine) != sizeof mine) {
+      return std::string("write failed");
+    }
     char theirs[rcp::message_size] = {};
     std::size_t got = 0;
     while (got < sizeof theirs) {
       const ssize_t n = ::read(s.native_handle(), theirs + got, sizeof theirs - got);
-      if (n <= 0) return std::string("read failed");
+      if (n <= 0) {
+        return std::string("read failed");
+      }
       got += static_cast<std::size_t>(n);
     }
-    if (::write(s.native_handle(), "done", sizeof "done") != sizeof "done")
+    if (::write(s.native_handle(), "done", sizeof "done") != sizeof "done") {
       return std::string("write failed");
+    }
     return std::string(theirs, sizeof theirs - 1);
   });
   auto s = l.accept(5s);
@@ -184,7 +189,9 @@ TEST_CASE("rc_pingpong: rdx client against ibv_rc_pingpong's server byte sequenc
   for (;;) {
     const ssize_t n = ::read(s.native_handle(), done + d, sizeof done - d);
     REQUIRE(n >= 0);
-    if (n == 0) break;
+    if (n == 0) {
+      break;
+    }
     d += static_cast<std::size_t>(n);
   }
   CHECK(d == sizeof "done");
