@@ -10,6 +10,7 @@
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -18,6 +19,8 @@
 #include <string>
 
 #include "../common.hpp"
+#include <poll.h>
+#include <sys/socket.h>
 
 namespace {
 
@@ -39,6 +42,7 @@ struct options {
   std::uint32_t records = 64;
   std::uint32_t queue_pairs = 1;
   std::uint16_t port = 18516;
+  bool all = false;
   std::chrono::seconds timeout{30};
 };
 
@@ -60,6 +64,7 @@ void usage(const char* argv0) {
       "  -n, --records N       records in the table (default 64)\n"
       "  -k, --queue-pairs K   queue pairs to stripe large transfers over (default 1)\n"
       "  -p, --port PORT       TCP port of the exchange (default 18516)\n"
+      "  -a, --all             touch every record, however many (slow under TCG)\n"
       "  -t, --timeout SEC     limit for connecting and each operation (default 30)\n"
       "  -h, --help            this text\n"
       "\n"
@@ -76,6 +81,14 @@ void expect_ok(rdx::operation& op, const options& o, const std::string& what) {
   if (ec) throw failure(what + ": " + ec.message());
 }
 
+//! False once the TCP peer has closed its end (it never sends before the end).
+bool peer_connected(const rdx::tcp::socket& s) {
+  pollfd p{s.native_handle(), POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return true;
+  char c = 0;
+  return ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 std::string initial_value(std::uint64_t i) {
   return "record " + std::to_string(i);
 }
@@ -89,14 +102,21 @@ void set_value(record& r, const std::string& v) {
 //! The first problem with a record in its final state, or "".
 //! Large tables are sampled: every stride-th record is bumped, every second
 //! of those rewritten (at most 128 of each kind of operation per run).
-std::uint64_t stride_for(std::uint64_t records) { return std::max<std::uint64_t>(1, records / 128); }
-bool bumped(std::uint64_t i, std::uint64_t stride) { return i % stride == 0; }
-bool rewritten(std::uint64_t i, std::uint64_t stride) { return bumped(i, stride) && (i / stride) % 2 == 0; }
+std::uint64_t stride_for(std::uint64_t records) {
+  return std::max<std::uint64_t>(1, records / 128);
+}
+bool bumped(std::uint64_t i, std::uint64_t stride) {
+  return i % stride == 0;
+}
+bool rewritten(std::uint64_t i, std::uint64_t stride) {
+  return bumped(i, stride) && (i / stride) % 2 == 0;
+}
 
 std::string final_problem(const record& r, std::uint64_t i, std::uint64_t stride) {
   if (r.key != i) return "key " + std::to_string(r.key);
   const std::uint64_t version = bumped(i, stride) ? final_version : 0;
-  if (r.version != version) return "version " + std::to_string(r.version) + ", expected " + std::to_string(version);
+  if (r.version != version)
+    return "version " + std::to_string(r.version) + ", expected " + std::to_string(version);
   const std::string want = rewritten(i, stride) ? updated_value(i) : initial_value(i);
   if (std::string(r.value) != want) return "value '" + std::string(r.value) + "', expected '" + want + "'";
   return "";
@@ -109,7 +129,7 @@ int run(const options& o) {
       pd, rdx::connection_attr{.queue_pairs = o.queue_pairs, .recv_depth = 8, .message_size = 64});
   rdx::channel<std::uint64_t> ctl(conn);
   const bool client = !o.server.empty();
-  const std::uint64_t stride = stride_for(o.records);
+  const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
 
   rdx::tcp::socket sock;
   if (client) {
@@ -139,8 +159,14 @@ int run(const options& o) {
     (void)rdx::exchange_and_connect(sock, conn, grants, o.timeout);
     std::printf("  connected to %s; waiting for the client\n", sock.peer().c_str());
     std::fflush(stdout);
+    // The client takes as long as its table needs: wait while it is connected.
+    // (Leaving early would deregister the table under the client's feet.)
     auto done = ctl.receive();
-    expect_ok(done, o, "waiting for the client's report");
+    std::error_code ec;
+    while ((ec = done.wait(std::chrono::seconds(1))) == rdx::errc::timed_out) {
+      if (!peer_connected(sock)) throw failure("the client went away before reporting");
+    }
+    if (ec) throw failure("waiting for the client's report: " + ec.message());
     if (done.value() != o.records)
       throw failure("the client checked " + std::to_string(done.value()) + " records");
     std::uint64_t bad = 0;
@@ -221,8 +247,9 @@ int run(const options& o) {
   rdx::tcp::barrier(sock, o.timeout);
   if (verdict.value() != 0)
     throw failure("the server found " + std::to_string(verdict.value()) + " wrong records");
-  std::printf("client: %u records read, %llu written, %llu bumped twice, all checked on both sides\n", o.records,
-              static_cast<unsigned long long>(n_written), static_cast<unsigned long long>(n_bumped));
+  std::printf("client: %u records read, %llu written, %llu bumped twice, all checked on both sides\n",
+              o.records, static_cast<unsigned long long>(n_written),
+              static_cast<unsigned long long>(n_bumped));
   return 0;
 }
 
@@ -243,6 +270,8 @@ int main(int argc, char** argv) {
         o.records = static_cast<std::uint32_t>(examples::parse_number("--records", v, 1, 1u << 24));
       } else if (r.match({"-k", "--queue-pairs"}, &v)) {
         o.queue_pairs = static_cast<std::uint32_t>(examples::parse_number("--queue-pairs", v, 1, 16));
+      } else if (r.match({"-a", "--all"})) {
+        o.all = true;
       } else if (r.match({"-p", "--port"}, &v)) {
         o.port = static_cast<std::uint16_t>(examples::parse_number("--port", v, 1, 65535));
       } else if (r.match({"-t", "--timeout"}, &v)) {
