@@ -91,8 +91,9 @@ std::size_t parse_size(std::string_view opt, std::string_view s) {
   char* end = nullptr;
   const std::string t(s);
   const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || v == 0)
+  if (t.empty() || *end != '\0' || v == 0) {
     throw std::invalid_argument(std::string(opt) + ": not a positive size: " + t);
+  }
   return static_cast<std::size_t>(v) * mult;
 }
 
@@ -101,7 +102,9 @@ options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) throw std::invalid_argument(std::string(a) + " needs a value");
+      if (i + 1 >= argc) {
+        throw std::invalid_argument(std::string(a) + " needs a value");
+      }
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
@@ -109,8 +112,9 @@ options parse(int argc, char** argv) {
       std::exit(0);
     } else if (a == "--path") {
       o.path = value();
-      if (o.path != "auto" && o.path != "direct" && o.path != "staged")
+      if (o.path != "auto" && o.path != "direct" && o.path != "staged") {
         throw std::invalid_argument("--path: auto, direct or staged, not " + o.path);
+      }
     } else if (a == "--size") {
       o.size = parse_size(a, value());
     } else if (a == "--iters") {
@@ -123,7 +127,9 @@ options parse(int argc, char** argv) {
       o.chunk = parse_size(a, value());
     } else if (a == "--depth") {
       o.depth = parse_size(a, value());
-      if (o.depth < 2 || o.depth > 64) throw std::invalid_argument("--depth: 2 to 64 bounce buffers");
+      if (o.depth < 2 || o.depth > 64) {
+        throw std::invalid_argument("--depth: 2 to 64 bounce buffers");
+      }
     } else if (a == "--connect") {
       o.connect = value();
     } else if (a == "--port") {
@@ -142,7 +148,9 @@ options parse(int argc, char** argv) {
 int rdma_device_count() {
   int n = 0;
   ibv_device** l = ibv_get_device_list(&n);
-  if (l != nullptr) ibv_free_device_list(l);
+  if (l != nullptr) {
+    ibv_free_device_list(l);
+  }
   return l == nullptr ? 0 : n;
 }
 
@@ -152,7 +160,9 @@ double median(std::vector<double> v) {
 }
 
 bool report_check(const char* where, const rdx::cuda::pattern_result& r, int iter) {
-  if (r.ok()) return true;
+  if (r.ok()) {
+    return true;
+  }
   std::fprintf(stderr, "gpu_pingpong: FAIL: %s, iteration %d: %llu wrong 8-byte words, first at byte %llu\n",
                where, iter, static_cast<unsigned long long>(r.mismatches),
                static_cast<unsigned long long>(r.first_bad_offset));
@@ -186,8 +196,9 @@ int run_local(const options& o) {
     });
     const auto t1 = std::chrono::steady_clock::now();
     if (!report_check("peer's check of the ping",
-                      gpu_pingpong::check(b.data(), o.size, seed, s.native_handle()), it))
+                      gpu_pingpong::check(b.data(), o.size, seed, s.native_handle()), it)) {
       return 1;
+    }
     RDX_CUDA_TRY(cudaMemsetAsync(a.data(), 0, o.size, s.native_handle()));
     s.synchronize();
     const auto t2 = std::chrono::steady_clock::now();
@@ -199,8 +210,9 @@ int run_local(const options& o) {
     });
     const auto t3 = std::chrono::steady_clock::now();
     if (!report_check("check of the pong", gpu_pingpong::check(a.data(), o.size, seed, s.native_handle()),
-                      it))
+                      it)) {
       return 1;
+    }
     if (it >= 0) {
       one_way.push_back(std::chrono::duration<double>((t1 - t0) + (t3 - t2)).count() / 2);
       out_s += ping_out.seconds;
@@ -240,11 +252,15 @@ struct settings {
 constexpr std::size_t settings_bytes = 40;
 
 void put_be(std::byte* p, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = std::byte(v >> (8 * (n - 1 - i)));
+  for (int i = 0; i < n; ++i) {
+    p[i] = std::byte(v >> (8 * (n - 1 - i)));
+  }
 }
 std::uint64_t get_be(const std::byte* p, int n) {
   std::uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  for (int i = 0; i < n; ++i) {
+    v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  }
   return v;
 }
 
@@ -262,7 +278,9 @@ settings exchange_settings(const rdx::tcp::socket& sock, const settings& mine, s
   sock.send_all(out, deadline, "send settings");
   std::byte in[settings_bytes] = {};
   sock.recv_exact(in, deadline, "receive settings");
-  if (std::memcmp(in, "RDXG", 4) != 0) throw failure("the peer at " + sock.peer() + " is not a gpu_pingpong");
+  if (std::memcmp(in, "RDXG", 4) != 0) {
+    throw failure("the peer at " + sock.peer() + " is not a gpu_pingpong");
+  }
   settings p;
   p.path = static_cast<std::uint32_t>(get_be(in + 4, 4));
   p.forced = static_cast<std::uint32_t>(get_be(in + 8, 4));
@@ -280,14 +298,18 @@ constexpr std::uint32_t path_staged = 2;
 
 // Both sides compute the same answer from the two settings.
 std::uint32_t agree_path(const settings& client, const settings& server) {
-  if (client.forced != 0 && server.forced != 0 && client.forced != server.forced)
+  if (client.forced != 0 && server.forced != 0 && client.forced != server.forced) {
     throw failure("--path direct on one side and --path staged on the other");
+  }
   const std::uint32_t forced = client.forced != 0 ? client.forced : server.forced;
-  if (forced == path_direct && (client.path != path_direct || server.path != path_direct))
+  if (forced == path_direct && (client.path != path_direct || server.path != path_direct)) {
     throw failure(std::string("--path direct, but ") +
                   (client.path != path_direct ? "the client" : "the server") +
                   " cannot register its GPU memory (see its probe output)");
-  if (forced != 0) return forced;
+  }
+  if (forced != 0) {
+    return forced;
+  }
   return client.path == path_direct && server.path == path_direct ? path_direct : path_staged;
 }
 
@@ -314,17 +336,23 @@ struct link {
   void post_recv() {
     // Data arrives by RDMA write with immediate, credits as empty sends: the
     // receive itself never holds bytes.
-    if (auto ec = qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{})))
+    if (auto ec = qp.post_recv(rdx::wr::recv(std::span<const ibv_sge>{}))) {
       throw failure("post a receive: " + ec.message());
+    }
   }
   rdx::completion wait(rdx::completion_queue& cq, const std::string& what) {
     rdx::completion c{};
     const std::error_code ec = rdx::poll_one(cq, c, timeout);
-    if (ec == rdx::errc::timed_out)
+    if (ec == rdx::errc::timed_out) {
       throw failure("no " + what + " completion within " + std::to_string(timeout.count()) +
                     " s (has the peer stopped?)");
-    if (ec) throw failure("polling for " + what + ": " + ec.message());
-    if (!c.ok()) throw failure(what + " failed: " + c.error().message());
+    }
+    if (ec) {
+      throw failure("polling for " + what + ": " + ec.message());
+    }
+    if (!c.ok()) {
+      throw failure(what + " failed: " + c.error().message());
+    }
     return c;
   }
   void send_done(const std::string& what) { (void)wait(send_cq, what); }
@@ -333,13 +361,16 @@ struct link {
   rdx::completion expect(std::uint32_t imm, const std::string& what) {
     rdx::completion c = wait(recv_cq, what);
     post_recv();
-    if (!c.has_imm() || c.imm() != imm)
+    if (!c.has_imm() || c.imm() != imm) {
       throw failure(what + ": immediate " + (c.has_imm() ? std::to_string(c.imm()) : std::string("none")) +
                     ", expected " + std::to_string(imm));
+    }
     return c;
   }
   void post(rdx::send_wr&& w, const std::string& what) {
-    if (auto ec = qp.post_send(w)) throw failure("post " + what + ": " + ec.message());
+    if (auto ec = qp.post_send(w)) {
+      throw failure("post " + what + ": " + ec.message());
+    }
   }
 };
 
@@ -406,8 +437,9 @@ int run_network(const options& o) {
       rdx::cuda::staging_options{.chunk_bytes = lead.chunk, .depth = depth, .device = o.gpu});
   // The direct path writes from src, registered the same way.
   std::optional<rdx::cuda::gpu_memory_region> src_mr;
-  if (dst_region.direct())
+  if (dst_region.direct()) {
     src_mr.emplace(rdx::cuda::register_memory(l.pd, src, rdx::access::local_write, direct_path));
+  }
   rdx::cuda::staging_pipeline* pipe = dst_region.pipeline();
   const std::vector<rdx::remote_descriptor> mine_desc{dst_region.remote()};
   if (dst_region.direct()) {
@@ -419,14 +451,17 @@ int run_network(const options& o) {
   }
   const rdx::wire::message remote = rdx::tcp::exchange(sock, l.qp.local_endpoint(), mine_desc, timeout);
   if (remote.descriptors.size() != 1 ||
-      !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth))
+      !rdx::contains(remote.descriptors[0], 0, path == path_direct ? size : lead.chunk * depth)) {
     throw failure("the peer's memory descriptor does not cover what this side will write");
+  }
   const rdx::remote_descriptor peer_mem = remote.descriptors[0];
   // Receives go up before the barrier below, so nothing from the peer can
   // meet a queue pair without them.
   std::optional<rdx::cuda::staged_rdma> staged;
   if (dst_region.direct()) {
-    for (std::uint32_t i = 0; i < l.recvs; ++i) l.post_recv();
+    for (std::uint32_t i = 0; i < l.recvs; ++i) {
+      l.post_recv();
+    }
   } else {
     staged.emplace(l.qp, l.send_cq, l.recv_cq, dst_region.region(), peer_mem, pipe->options(), timeout);
     staged->post_receives();
@@ -446,8 +481,9 @@ int run_network(const options& o) {
         l.send_done("write");
       } else {
         (void)l.expect(k, "write of round trip " + std::to_string(k));
-        if (flush() == rdx::cuda::flush_method::rdma_read)
+        if (flush() == rdx::cuda::flush_method::rdma_read) {
           throw failure("this GPU needs an RDMA read to flush GPUDirect writes; use --path staged");
+        }
       }
     } else if (sending) {
       (void)staged->send(*pipe, from, size);
@@ -461,7 +497,9 @@ int run_network(const options& o) {
     const auto k = static_cast<std::uint32_t>(it + warmup);
     const std::uint64_t seed = 0x5eed0000ull + k;
     RDX_CUDA_TRY(cudaMemsetAsync(dst.data(), 0, size, s.native_handle()));
-    if (client) gpu_pingpong::fill(src.data(), size, seed, s.native_handle());
+    if (client) {
+      gpu_pingpong::fill(src.data(), size, seed, s.native_handle());
+    }
     s.synchronize();
     rdx::tcp::barrier(sock, timeout);  // the peer's dst is cleared too
     if (client) {
@@ -469,13 +507,17 @@ int run_network(const options& o) {
       one_way(src.data(), nullptr, true, k);
       one_way(nullptr, dst.data(), false, k);
       const auto t1 = std::chrono::steady_clock::now();
-      if (!report_check("the echo", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it))
+      if (!report_check("the echo", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) {
         return 1;
-      if (it >= 0) rtt.push_back(std::chrono::duration<double>(t1 - t0).count());
+      }
+      if (it >= 0) {
+        rtt.push_back(std::chrono::duration<double>(t1 - t0).count());
+      }
     } else {
       one_way(nullptr, dst.data(), false, k);
-      if (!report_check("the ping", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it))
+      if (!report_check("the ping", gpu_pingpong::check(dst.data(), size, seed, s.native_handle()), it)) {
         return 1;
+      }
       // Echo: direct writes from src, so copy the checked bytes there first.
       if (path == path_direct) {
         RDX_CUDA_TRY(

@@ -44,7 +44,9 @@ TEST_CASE("probe reports the device attributes as CUDA gives them", "[cuda]") {
   REQUIRE(r.gpu_direct_rdma_supported == (attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED) != 0));
   REQUIRE(r.flush_writes_options == attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS));
   REQUIRE(r.writes_ordering == attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING));
-  if (r.dma_buf_attribute) REQUIRE(r.dma_buf_export == rdx::cuda::support::yes);
+  if (r.dma_buf_attribute) {
+    REQUIRE(r.dma_buf_export == rdx::cuda::support::yes);
+  }
   const std::string text = r.to_string();
   for (const char* key :
        {"DMA_BUF_SUPPORTED", "GPU_DIRECT_RDMA_SUPPORTED", "FLUSH_WRITES_OPTIONS", "WRITES_ORDERING",

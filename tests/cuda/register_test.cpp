@@ -21,7 +21,9 @@ namespace {
 [[maybe_unused]] const bool rdma_present = rdx_test::require_rdma_device_or_skip("cuda_register_test");
 
 rdx::context open_for_gpu0() {
-  if (auto name = rdx::cuda::rdma_device_for_gpu(0)) return rdx::context::open(*name);
+  if (auto name = rdx::cuda::rdma_device_for_gpu(0)) {
+    return rdx::context::open(*name);
+  }
   return rdx::context::open_default();
 }
 }  // namespace

@@ -137,7 +137,9 @@ TEST_CASE("staged transfers arrive whole, both ways, over one queue pair", "[rdm
       for (std::size_t n : sizes) {
         std::vector<std::byte> got(n);
         const auto st = rb.receive(b.pipe, got.data(), n);
-        if (st.chunks != (n + chunk - 1) / chunk) throw std::runtime_error("wrong chunk count");
+        if (st.chunks != (n + chunk - 1) / chunk) {
+          throw std::runtime_error("wrong chunk count");
+        }
         rb.send(b.pipe, got.data(), n);  // echo what arrived
         echoed.push_back(std::move(got));
       }
@@ -160,8 +162,12 @@ TEST_CASE("staged transfers arrive whole, both ways, over one queue pair", "[rdm
     a_error = std::current_exception();
   }
   peer.join();
-  if (a_error) std::rethrow_exception(a_error);
-  if (b_error) std::rethrow_exception(b_error);
+  if (a_error) {
+    std::rethrow_exception(a_error);
+  }
+  if (b_error) {
+    std::rethrow_exception(b_error);
+  }
 
   REQUIRE(echoed.size() == sizes.size());
   REQUIRE(back.size() == sizes.size());

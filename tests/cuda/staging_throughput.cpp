@@ -39,8 +39,12 @@ int main(int argc, char** argv) try {
   const std::size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024) << 20;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 7;
   std::vector<std::size_t> chunks;
-  for (int i = 3; i < argc; ++i) chunks.push_back(std::strtoull(argv[i], nullptr, 10) << 10);
-  if (chunks.empty()) chunks = {std::size_t{4} << 20};
+  for (int i = 3; i < argc; ++i) {
+    chunks.push_back(std::strtoull(argv[i], nullptr, 10) << 10);
+  }
+  if (chunks.empty()) {
+    chunks = {std::size_t{4} << 20};
+  }
 
   rdx::cuda::device_buffer<std::byte> dev(bytes);
   rdx::cuda::pinned_buffer<std::byte> host(bytes);

@@ -20,7 +20,9 @@ class fake_sysfs {
 public:
   fake_sysfs() {
     char tmpl[] = "/tmp/rdx-sysfs-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+    if (::mkdtemp(tmpl) == nullptr) {
+      throw std::runtime_error("mkdtemp failed");
+    }
     root_ = tmpl;
     fs::create_directories(root_ / "bus/pci/devices");
     fs::create_directories(root_ / "class/infiniband");
@@ -122,7 +124,9 @@ TEST_CASE("an active device wins at equal distance; names break ties", "[topolog
   REQUIRE(t.rdma_devices[1].name == "mlx5_2");
   REQUIRE(t.rdma_devices[2].name == "mlx5_0");
   REQUIRE_FALSE(t.rdma_devices[2].active);
-  for (const auto& d : t.rdma_devices) REQUIRE(d.distance == pci_distance::same_root_complex);
+  for (const auto& d : t.rdma_devices) {
+    REQUIRE(d.distance == pci_distance::same_root_complex);
+  }
 }
 
 TEST_CASE("unknown NUMA nodes count as across NUMA; devices without PCI parent are last", "[topology]") {

@@ -47,7 +47,9 @@ public:
     std::string m = cudaGetErrorName(s);
     m += ": ";
     m += cudaGetErrorString(s);
-    if (is_sticky(s)) m += " (sticky: this process's CUDA context is unusable from now on)";
+    if (is_sticky(s)) {
+      m += " (sticky: this process's CUDA context is unusable from now on)";
+    }
     return m;
   }
 };
@@ -120,19 +122,25 @@ namespace detail {
 //! Throws cuda_error for a failed runtime call, after clearing the last error
 //! so that the next unrelated call does not report it again.
 inline void check(cudaError_t status, std::string_view call, std::string_view object = {}) {
-  if (status == cudaSuccess) return;
+  if (status == cudaSuccess) {
+    return;
+  }
   (void)cudaGetLastError();
   throw cuda_error(make_error_code(status), std::string(call), object);
 }
 //! Throws cuda_error for a failed driver call.
 inline void check(CUresult status, std::string_view call, std::string_view object = {}) {
-  if (status == CUDA_SUCCESS) return;
+  if (status == CUDA_SUCCESS) {
+    return;
+  }
   (void)cudaGetLastError();
   throw cuda_error(make_error_code(status), std::string(call), object);
 }
 //! For destructors: reports a failure through rdx's log hook, never throws.
 inline void check_noexcept(cudaError_t status, std::string_view call) noexcept {
-  if (status == cudaSuccess) return;
+  if (status == cudaSuccess) {
+    return;
+  }
   (void)cudaGetLastError();
   char buf[256];
   const int n = std::snprintf(buf, sizeof buf, "%.*s failed: %s", static_cast<int>(call.size()), call.data(),
@@ -156,9 +164,13 @@ inline void check_noexcept(cudaError_t status, std::string_view call) noexcept {
 [[nodiscard]] inline std::string no_device_reason() {
   int n = 0;
   const cudaError_t s = cudaGetDeviceCount(&n);
-  if (s == cudaSuccess && n > 0) return {};
+  if (s == cudaSuccess && n > 0) {
+    return {};
+  }
   (void)cudaGetLastError();
-  if (s == cudaSuccess) return "cudaGetDeviceCount found 0 devices";
+  if (s == cudaSuccess) {
+    return "cudaGetDeviceCount found 0 devices";
+  }
   return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(s) + ": " + cudaGetErrorString(s);
 }
 

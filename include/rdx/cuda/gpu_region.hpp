@@ -39,7 +39,9 @@ public:
         r.region_.emplace(std::move(mr.region));
         return r;
       } catch (const rdx::error& e) {
-        if (force != gpu_path::automatic) throw;
+        if (force != gpu_path::automatic) {
+          throw;
+        }
         r.why_staged_ = e.what();
       }
     } else {

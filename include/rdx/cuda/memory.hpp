@@ -15,11 +15,15 @@ class device_guard {
 public:
   explicit device_guard(int device) {
     RDX_CUDA_TRY(cudaGetDevice(&previous_));
-    if (device != previous_) RDX_CUDA_TRY(cudaSetDevice(device));
+    if (device != previous_) {
+      RDX_CUDA_TRY(cudaSetDevice(device));
+    }
   }
   ~device_guard() { detail::check_noexcept(cudaSetDevice(previous_), "cudaSetDevice (restore)"); }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;
+  device_guard(device_guard&&) = delete;
+  device_guard& operator=(device_guard&&) = delete;
 
 private:
   int previous_ = 0;
@@ -45,7 +49,9 @@ public:
   //! Allocates count elements on the current device.
   //! @throws rdx::cuda::cuda_error when cudaMalloc fails (no GPU, out of memory)
   explicit device_buffer(std::size_t count) : count_(count) {
-    if (count == 0) return;
+    if (count == 0) {
+      return;
+    }
     void* p = nullptr;
     RDX_CUDA_TRY(cudaMalloc(&p, count * sizeof(T)));
     data_ = static_cast<T*>(p);
@@ -53,8 +59,9 @@ public:
   }
   //! Takes ownership of memory from cudaMalloc; refuses nullptr.
   [[nodiscard]] static device_buffer from_native_handle(T* p, std::size_t count, int device) {
-    if (p == nullptr)
+    if (p == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "device_buffer::from_native_handle: nullptr");
+    }
     device_buffer b;
     b.data_ = p;
     b.count_ = count;
@@ -92,7 +99,9 @@ public:
 
 private:
   void reset() noexcept {
-    if (data_ != nullptr) detail::check_noexcept(cudaFree(data_), "cudaFree");
+    if (data_ != nullptr) {
+      detail::check_noexcept(cudaFree(data_), "cudaFree");
+    }
     data_ = nullptr;
     count_ = 0;
   }
@@ -114,15 +123,18 @@ public:
   pinned_buffer() noexcept = default;
   //! @throws rdx::cuda::cuda_error when cudaMallocHost fails
   explicit pinned_buffer(std::size_t count) : count_(count) {
-    if (count == 0) return;
+    if (count == 0) {
+      return;
+    }
     void* p = nullptr;
     RDX_CUDA_TRY(cudaMallocHost(&p, count * sizeof(T)));
     data_ = static_cast<T*>(p);
   }
   //! Takes ownership of memory from cudaMallocHost; refuses nullptr.
   [[nodiscard]] static pinned_buffer from_native_handle(T* p, std::size_t count) {
-    if (p == nullptr)
+    if (p == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "pinned_buffer::from_native_handle: nullptr");
+    }
     pinned_buffer b;
     b.data_ = p;
     b.count_ = count;
@@ -159,7 +171,9 @@ public:
 
 private:
   void reset() noexcept {
-    if (data_ != nullptr) detail::check_noexcept(cudaFreeHost(data_), "cudaFreeHost");
+    if (data_ != nullptr) {
+      detail::check_noexcept(cudaFreeHost(data_), "cudaFreeHost");
+    }
     data_ = nullptr;
     count_ = 0;
   }
@@ -176,7 +190,9 @@ public:
     RDX_CUDA_TRY(cudaStreamCreateWithFlags(&s_, flags));
   }
   [[nodiscard]] static stream from_native_handle(cudaStream_t s) {
-    if (s == nullptr) rdx::detail::throw_rdx(errc::invalid_argument, "stream::from_native_handle: nullptr");
+    if (s == nullptr) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "stream::from_native_handle: nullptr");
+    }
     return stream(s, adopt_tag{});
   }
   stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
@@ -210,7 +226,9 @@ private:
   struct adopt_tag {};
   stream(cudaStream_t s, adopt_tag) noexcept : s_(s) {}
   void reset() noexcept {
-    if (s_ != nullptr) detail::check_noexcept(cudaStreamDestroy(s_), "cudaStreamDestroy");
+    if (s_ != nullptr) {
+      detail::check_noexcept(cudaStreamDestroy(s_), "cudaStreamDestroy");
+    }
     s_ = nullptr;
   }
   cudaStream_t s_ = nullptr;
@@ -227,7 +245,9 @@ public:
     RDX_CUDA_TRY(cudaEventCreateWithFlags(&e_, t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
   }
   [[nodiscard]] static event from_native_handle(cudaEvent_t e) {
-    if (e == nullptr) rdx::detail::throw_rdx(errc::invalid_argument, "event::from_native_handle: nullptr");
+    if (e == nullptr) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "event::from_native_handle: nullptr");
+    }
     return event(e, adopt_tag{});
   }
   event(event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
@@ -267,7 +287,9 @@ private:
   struct adopt_tag {};
   event(cudaEvent_t e, adopt_tag) noexcept : e_(e) {}
   void reset() noexcept {
-    if (e_ != nullptr) detail::check_noexcept(cudaEventDestroy(e_), "cudaEventDestroy");
+    if (e_ != nullptr) {
+      detail::check_noexcept(cudaEventDestroy(e_), "cudaEventDestroy");
+    }
     e_ = nullptr;
   }
   cudaEvent_t e_ = nullptr;

@@ -54,7 +54,9 @@ struct probe_answer {
   } else {
     r.detail = std::string("unexpected errno for fd -1: ") + std::strerror(err);
   }
-  if (int e = ibv_dealloc_pd(pd); e != 0) rdx::detail::report_destroy_failure("ibv_dealloc_pd", e);
+  if (int e = ibv_dealloc_pd(pd); e != 0) {
+    rdx::detail::report_destroy_failure("ibv_dealloc_pd", e);
+  }
   return r;
 }
 

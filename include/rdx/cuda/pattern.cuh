@@ -27,10 +27,16 @@ __global__ void fill_pattern_kernel(unsigned char* p, std::size_t n, std::uint64
   if ((reinterpret_cast<std::uintptr_t>(p) % 8) == 0 && (offset % 8) == 0) {
     auto* w = reinterpret_cast<std::uint64_t*>(p);
     const std::size_t words = n / 8;
-    for (std::size_t k = tid; k < words; k += stride) w[k] = pattern_word(seed, offset / 8 + k);
-    for (std::size_t i = words * 8 + tid; i < n; i += stride) p[i] = pattern_byte(seed, offset + i);
+    for (std::size_t k = tid; k < words; k += stride) {
+      w[k] = pattern_word(seed, offset / 8 + k);
+    }
+    for (std::size_t i = words * 8 + tid; i < n; i += stride) {
+      p[i] = pattern_byte(seed, offset + i);
+    }
   } else {
-    for (std::size_t i = tid; i < n; i += stride) p[i] = pattern_byte(seed, offset + i);
+    for (std::size_t i = tid; i < n; i += stride) {
+      p[i] = pattern_byte(seed, offset + i);
+    }
   }
 }
 
@@ -47,20 +53,26 @@ __global__ void check_pattern_kernel(const unsigned char* p, std::size_t n, std:
     for (std::size_t k = tid; k < words; k += stride) {
       if (w[k] != pattern_word(seed, offset / 8 + k)) {
         ++bad;
-        if (first == ~0ull) first = offset + k * 8;
+        if (first == ~0ull) {
+          first = offset + k * 8;
+        }
       }
     }
     for (std::size_t i = words * 8 + tid; i < n; i += stride) {
       if (p[i] != pattern_byte(seed, offset + i)) {
         ++bad;
-        if (first == ~0ull) first = offset + i;
+        if (first == ~0ull) {
+          first = offset + i;
+        }
       }
     }
   } else {
     for (std::size_t i = tid; i < n; i += stride) {
       if (p[i] != pattern_byte(seed, offset + i)) {
         ++bad;
-        if (first == ~0ull) first = offset + i;
+        if (first == ~0ull) {
+          first = offset + i;
+        }
       }
     }
   }
@@ -79,7 +91,9 @@ inline unsigned pattern_grid(std::size_t n) {
 //! Queues a fill of device bytes [p, p + n) with the pattern at [offset, offset + n).
 inline void fill_pattern(void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset = 0,
                          cudaStream_t s = nullptr) {
-  if (n == 0) return;
+  if (n == 0) {
+    return;
+  }
   detail::fill_pattern_kernel<>
       <<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<unsigned char*>(p), n, seed, offset);
   RDX_CUDA_TRY(cudaGetLastError());
@@ -90,7 +104,9 @@ inline void fill_pattern(void* p, std::size_t n, std::uint64_t seed, std::uint64
 [[nodiscard]] inline pattern_result check_pattern(const void* p, std::size_t n, std::uint64_t seed,
                                                   std::uint64_t offset = 0, cudaStream_t s = nullptr) {
   pattern_result init;
-  if (n == 0) return init;
+  if (n == 0) {
+    return init;
+  }
   device_buffer<pattern_result> out(1);
   RDX_CUDA_TRY(cudaMemcpyAsync(out.data(), &init, sizeof init, cudaMemcpyHostToDevice, s));
   detail::check_pattern_kernel<><<<detail::pattern_grid(n), 256, 0, s>>>(static_cast<const unsigned char*>(p),

@@ -42,7 +42,9 @@ struct pattern_result {
 //! Fills host bytes [p, p + n) as the pattern at offsets [offset, offset + n).
 inline void fill_pattern_host(void* p, std::size_t n, std::uint64_t seed, std::uint64_t offset = 0) noexcept {
   auto* b = static_cast<std::uint8_t*>(p);
-  for (std::size_t i = 0; i < n; ++i) b[i] = pattern_byte(seed, offset + i);
+  for (std::size_t i = 0; i < n; ++i) {
+    b[i] = pattern_byte(seed, offset + i);
+  }
 }
 
 //! Checks host bytes [p, p + n) against the pattern at offsets [offset, offset + n).
@@ -54,13 +56,15 @@ inline void fill_pattern_host(void* p, std::size_t n, std::uint64_t seed, std::u
   // Whole words where the offset is word-aligned: eight times fewer steps.
   if ((offset % 8) == 0) {
     for (; i + 8 <= n; i += 8) {
-      std::uint64_t w;
+      std::uint64_t w = 0;
       std::memcpy(&w, b + i, 8);
       const std::uint64_t want = pattern_word(seed, (offset + i) / 8);
       if (w != want) {
         for (std::size_t j = 0; j < 8; ++j) {
           if (b[i + j] != pattern_byte(seed, offset + i + j)) {
-            if (r.mismatches == 0) r.first_bad_offset = offset + i + j;
+            if (r.mismatches == 0) {
+              r.first_bad_offset = offset + i + j;
+            }
             ++r.mismatches;
           }
         }
@@ -69,7 +73,9 @@ inline void fill_pattern_host(void* p, std::size_t n, std::uint64_t seed, std::u
   }
   for (; i < n; ++i) {
     if (b[i] != pattern_byte(seed, offset + i)) {
-      if (r.mismatches == 0) r.first_bad_offset = offset + i;
+      if (r.mismatches == 0) {
+        r.first_bad_offset = offset + i;
+      }
       ++r.mismatches;
     }
   }

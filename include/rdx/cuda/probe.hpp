@@ -56,20 +56,29 @@ struct gpudirect_report {
 
   //! Whether registering GPU memory through dma-buf should work here.
   [[nodiscard]] support dma_buf_path() const noexcept {
-    if (!dma_buf_attribute || dma_buf_export == support::no || kernel_dmabuf_mr == support::no)
+    if (!dma_buf_attribute || dma_buf_export == support::no || kernel_dmabuf_mr == support::no) {
       return support::no;
-    if (dma_buf_export == support::yes && kernel_dmabuf_mr == support::yes) return support::yes;
+    }
+    if (dma_buf_export == support::yes && kernel_dmabuf_mr == support::yes) {
+      return support::yes;
+    }
     return support::unknown;
   }
   //! Whether registering GPU memory through nvidia_peermem should work here.
   [[nodiscard]] support peermem_path() const noexcept {
-    if (!peermem_loaded() || !gpu_direct_rdma_supported) return support::no;
+    if (!peermem_loaded() || !gpu_direct_rdma_supported) {
+      return support::no;
+    }
     return rdma_device.empty() ? support::unknown : support::yes;
   }
   //! The path register_memory's automatic choice would take.
   [[nodiscard]] gpu_path best_path() const noexcept {
-    if (dma_buf_path() == support::yes) return gpu_path::dma_buf;
-    if (peermem_path() == support::yes) return gpu_path::peermem;
+    if (dma_buf_path() == support::yes) {
+      return gpu_path::dma_buf;
+    }
+    if (peermem_path() == support::yes) {
+      return gpu_path::peermem;
+    }
     return gpu_path::staged;
   }
 
@@ -227,7 +236,9 @@ struct device_list_deleter {
     throw;
   }
   r.rdma_device_detail = why.empty() ? "first listed" : why;
-  if (int e = ibv_close_device(ctx); e != 0) rdx::detail::report_destroy_failure("ibv_close_device", errno);
+  if (int e = ibv_close_device(ctx); e != 0) {
+    rdx::detail::report_destroy_failure("ibv_close_device", errno);
+  }
   return r;
 }
 

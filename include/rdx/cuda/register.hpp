@@ -87,7 +87,9 @@ public:
   [[nodiscard]] std::size_t dma_buf_bytes() const noexcept { return dma_buf_bytes_; }
   //! Closes the fd (a registration keeps its own reference to the dma-buf).
   void close() noexcept {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
     fd_ = -1;
   }
 
@@ -150,7 +152,7 @@ private:
     rdx::detail::throw_rdx(errc::unsupported, "cuMemGetHandleForAddressRange(DMA_BUF_FD): " +
                                                   driver_category().message(static_cast<int>(st)));
   }
-  return dma_buf_range(fd, addr - aligned_base, bytes, addr, aligned_end - aligned_base);
+  return {fd, addr - aligned_base, bytes, addr, aligned_end - aligned_base};
 }
 
 namespace detail {
@@ -164,8 +166,9 @@ inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
     const int err = errno;
     if (mr == nullptr) {
       why = "ibv_reg_dmabuf_mr: " + errno_text(err != 0 ? err : EINVAL);
-      if (err == EOPNOTSUPP || err == ENOSYS)
+      if (err == EOPNOTSUPP || err == ENOSYS) {
         why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
+      }
     }
     return mr;  // r closes the fd: the registration holds its own reference
   } catch (const rdx::error& e) {
@@ -181,8 +184,9 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
   if (mr == nullptr) {
     const int err = errno != 0 ? errno : EINVAL;
     why = "ibv_reg_mr on device memory: " + errno_text(err);
-    if (!read_peermem().loaded())
+    if (!read_peermem().loaded()) {
       why += "; nvidia_peermem is not loaded (no /sys/module/nvidia_peermem/version)";
+    }
   }
   return mr;
 }
@@ -193,8 +197,12 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
   std::snprintf(head, sizeof head, "register_memory of %zu GPU bytes at %p (path %s) failed:", bytes, ptr,
                 std::string(to_string(force)).c_str());
   std::string w = head;
-  if (!a.dma_buf.empty()) w += "\n  dma-buf: " + a.dma_buf;
-  if (!a.peermem.empty()) w += "\n  peermem: " + a.peermem;
+  if (!a.dma_buf.empty()) {
+    w += "\n  dma-buf: " + a.dma_buf;
+  }
+  if (!a.peermem.empty()) {
+    w += "\n  peermem: " + a.peermem;
+  }
   w += "\n  to fix: for dma-buf, a kernel of 5.12 or later with a NIC driver that takes dma-buf (mlx5, for "
        "one),"
        " rdma-core 34 or later and the NVIDIA open kernel modules;"
@@ -228,7 +236,9 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
                                std::to_string(static_cast<int>(pa.type)) +
                                "); register host memory with rdx::memory_region");
   }
-  if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) rights |= access::local_write;
+  if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) {
+    rights |= access::local_write;
+  }
 
   detail::registration_attempts tried;
   if (force == gpu_path::automatic || force == gpu_path::dma_buf) {
@@ -280,8 +290,12 @@ enum class flush_method {
 //! GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS attributes.
 [[nodiscard]] constexpr flush_method required_flush(int writes_ordering, int flush_options,
                                                     flush_scope consumer) noexcept {
-  if (writes_ordering >= static_cast<int>(consumer)) return flush_method::none;
-  if ((flush_options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0) return flush_method::cuda_flush;
+  if (writes_ordering >= static_cast<int>(consumer)) {
+    return flush_method::none;
+  }
+  if ((flush_options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0) {
+    return flush_method::cuda_flush;
+  }
   return flush_method::rdma_read;
 }
 

@@ -64,7 +64,9 @@ public:
 
   //! Posts the receives; call once, before the peer may send.
   void post_receives() {
-    for (std::uint32_t i = 0; i < receive_depth(); ++i) post_receive();
+    for (std::uint32_t i = 0; i < receive_depth(); ++i) {
+      post_receive();
+    }
   }
 
   //! Sends device (or pipeline) bytes [src, src + bytes) to the peer's
@@ -74,10 +76,14 @@ public:
   transfer_stats send(P& pipe, const void* src, std::size_t bytes) {
     check_pipeline(pipe);
     return pipe.send(src, bytes, [&](const staged_chunk& c) {
-      if (c.index >= opt_.depth) (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
+      if (c.index >= opt_.depth) {
+        (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
+      }
       const std::size_t off = c.slot * opt_.chunk_bytes;
       auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
-      if (auto ec = qp_.post_send(wr)) fail("post the write of chunk", c.index, ec.message());
+      if (auto ec = qp_.post_send(wr)) {
+        fail("post the write of chunk", c.index, ec.message());
+      }
       wait_send("write of chunk", c.index);
     });
   }
@@ -89,7 +95,9 @@ public:
     return pipe.receive(dst, bytes, [&](const staged_chunk& c) {
       if (c.index >= opt_.depth) {
         auto wr = wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index));
-        if (auto ec = qp_.post_send(wr)) fail("post the slot credit for chunk", c.index, ec.message());
+        if (auto ec = qp_.post_send(wr)) {
+          fail("post the slot credit for chunk", c.index, ec.message());
+        }
         wait_send("slot credit for chunk", c.index);
       }
       const completion done = expect(data_tag(c.index), "chunk", c.index);
@@ -126,15 +134,20 @@ private:
   void post_receive() {
     // Chunks land by RDMA write, credits carry no bytes: receives hold none.
     auto wr = wr::recv(std::span<const ibv_sge>{});
-    if (auto ec = qp_.post_recv(wr)) fail("post a receive, before chunk", 0, ec.message());
+    if (auto ec = qp_.post_recv(wr)) {
+      fail("post a receive, before chunk", 0, ec.message());
+    }
   }
   completion wait(completion_queue& cq, const char* what, std::size_t chunk) {
     completion c{};
     const std::error_code ec = poll_one(cq, c, timeout_);
-    if (ec)
+    if (ec) {
       fail(what, chunk,
            ec == errc::timed_out ? "no completion in time (has the peer stopped?)" : ec.message());
-    if (!c.ok()) fail(what, chunk, c.error().message());
+    }
+    if (!c.ok()) {
+      fail(what, chunk, c.error().message());
+    }
     return c;
   }
   void wait_send(const char* what, std::size_t chunk) { (void)wait(send_cq_, what, chunk); }

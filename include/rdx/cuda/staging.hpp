@@ -33,7 +33,9 @@ public:
       : opt_(validated(o)), bounce_(opt_.chunk_bytes * opt_.depth), stream_(make_stream(opt_.device)) {
     device_guard g(opt_.device);
     events_.reserve(opt_.depth);
-    for (std::size_t i = 0; i < opt_.depth; ++i) events_.emplace_back();
+    for (std::size_t i = 0; i < opt_.depth; ++i) {
+      events_.emplace_back();
+    }
   }
 
   static constexpr std::size_t chunk_alignment = 4096;
@@ -63,13 +65,17 @@ public:
                                    stream_.native_handle()));
       events_[c.slot].record(stream_);
     };
-    for (std::size_t i = 0; i < n && i < opt_.depth; ++i) enqueue(i);
+    for (std::size_t i = 0; i < n && i < opt_.depth; ++i) {
+      enqueue(i);
+    }
     for (std::size_t i = 0; i < n; ++i) {
       const staged_chunk c = chunk(i, n, bytes);
       events_[c.slot].synchronize();
       sink(c);
       if (const std::size_t next = i + opt_.depth; next < n) {
-        if constexpr (slot_waiter<Sink>) sink.wait_slot(c.slot);
+        if constexpr (slot_waiter<Sink>) {
+          sink.wait_slot(c.slot);
+        }
         enqueue(next);
       }
     }
@@ -88,7 +94,9 @@ public:
     for (std::size_t i = 0; i < n; ++i) {
       const staged_chunk c = chunk(i, n, bytes);
       // The copy that last read this slot must be done before it is refilled.
-      if (i >= opt_.depth) events_[c.slot].synchronize();
+      if (i >= opt_.depth) {
+        events_[c.slot].synchronize();
+      }
       source(c);
       RDX_CUDA_TRY(cudaMemcpyAsync(dst + c.offset, c.host.data(), c.host.size(), cudaMemcpyHostToDevice,
                                    stream_.native_handle()));
@@ -114,7 +122,9 @@ private:
       rdx::detail::throw_rdx(errc::invalid_argument, "staging_pipeline: depth " + std::to_string(o.depth) +
                                                          " (at least 2 bounce buffers)");
     }
-    if (o.device < 0) o.device = current_device();
+    if (o.device < 0) {
+      o.device = current_device();
+    }
     return o;
   }
   static cuda::stream make_stream(int device) {

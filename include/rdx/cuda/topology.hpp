@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -69,7 +70,9 @@ struct gpu_topology {
   //! A few lines for logs and tools.
   [[nodiscard]] std::string to_string() const {
     std::string s = "GPU " + gpu_pci_address + " (NUMA node " + std::to_string(gpu_numa_node) + ")\n";
-    if (rdma_devices.empty()) s += "  no RDMA devices in sysfs\n";
+    if (rdma_devices.empty()) {
+      s += "  no RDMA devices in sysfs\n";
+    }
     for (const auto& d : rdma_devices) {
       s += "  " + d.name + "  " + (d.pci_address.empty() ? std::string("-") : d.pci_address) + "  NUMA " +
            std::to_string(d.numa_node) + "  " + std::string(rdx::cuda::to_string(d.distance)) +
@@ -91,13 +94,17 @@ inline std::optional<std::string> normalize_pci_address(std::string_view a) {
   const auto c1 = a.find(':');
   const auto c2 = a.find(':', c1 == std::string_view::npos ? 0 : c1 + 1);
   const auto dot = a.find('.', c2 == std::string_view::npos ? 0 : c2 + 1);
-  if (c1 == std::string_view::npos || c2 == std::string_view::npos || dot == std::string_view::npos)
+  if (c1 == std::string_view::npos || c2 == std::string_view::npos || dot == std::string_view::npos) {
     return std::nullopt;
-  const auto dom = a.substr(0, c1), bus = a.substr(c1 + 1, c2 - c1 - 1), dev = a.substr(c2 + 1, dot - c2 - 1),
-             fn = a.substr(dot + 1);
+  }
+  const auto dom = a.substr(0, c1);
+  const auto bus = a.substr(c1 + 1, c2 - c1 - 1);
+  const auto dev = a.substr(c2 + 1, dot - c2 - 1);
+  const auto fn = a.substr(dot + 1);
   if (!is_hex(dom) || !is_hex(bus) || !is_hex(dev) || !is_hex(fn) || dom.size() > 8 || bus.size() > 2 ||
-      dev.size() > 2 || fn.size() != 1)
+      dev.size() > 2 || fn.size() != 1) {
     return std::nullopt;
+  }
   const auto num = [](std::string_view h) { return std::strtoul(std::string(h).c_str(), nullptr, 16); };
   char buf[32];
   std::snprintf(buf, sizeof buf, "%04lx:%02lx:%02lx.%lx", num(dom), num(bus), num(dev), num(fn));
@@ -112,16 +119,20 @@ inline bool is_pci_address(std::string_view s) {
 inline std::string read_first_line(const std::filesystem::path& p) {
   std::ifstream in(p);
   std::string line;
-  if (in) std::getline(in, line);
+  if (in) {
+    std::getline(in, line);
+  }
   return line;
 }
 
 inline int read_numa_node(const std::filesystem::path& device_dir) {
   const std::string s = read_first_line(device_dir / "numa_node");
-  if (s.empty()) return -1;
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  return end == s.c_str() ? -1 : static_cast<int>(v);
+  if (s.empty()) {
+    return -1;
+  }
+  int v = -1;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc{} ? v : -1;
 }
 
 //! The chain of a resolved device path below <sysfs>/devices: the host bridge
@@ -153,10 +164,14 @@ inline pci_distance classify(const pci_chain& a, int numa_a, const pci_chain& b,
     // or switch port) that both hang off: traffic turns there.
     const std::size_t n = std::min(a.functions.size(), b.functions.size());
     std::size_t common = 0;
-    while (common < n && a.functions[common] == b.functions[common]) ++common;
+    while (common < n && a.functions[common] == b.functions[common]) {
+      ++common;
+    }
     return common > 0 ? pci_distance::same_switch : pci_distance::same_root_complex;
   }
-  if (numa_a >= 0 && numa_a == numa_b) return pci_distance::same_numa_node;
+  if (numa_a >= 0 && numa_a == numa_b) {
+    return pci_distance::same_numa_node;
+  }
   return pci_distance::across_numa;
 }
 
@@ -168,10 +183,10 @@ inline std::filesystem::path canonical_or_empty(const std::filesystem::path& p) 
 
 inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
   std::error_code ec;
-  for (const auto& port : std::filesystem::directory_iterator(ibdev_dir / "ports", ec)) {
-    if (read_first_line(port.path() / "state").find("ACTIVE") != std::string::npos) return true;
-  }
-  return false;
+  return std::ranges::any_of(
+      std::filesystem::directory_iterator(ibdev_dir / "ports", ec), [](const auto& port) {
+        return read_first_line(port.path() / "state").find("ACTIVE") != std::string::npos;
+      });
 }
 }  // namespace detail
 
@@ -208,7 +223,9 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
     d.device_path = detail::canonical_or_empty(entry.path() / "device");
     if (!d.device_path.empty()) {
       const auto name = d.device_path.filename().string();
-      if (detail::is_pci_address(name)) d.pci_address = name;
+      if (detail::is_pci_address(name)) {
+        d.pci_address = name;
+      }
       d.numa_node = detail::read_numa_node(d.device_path);
       d.distance = detail::classify(gpu_chain, t.gpu_numa_node, detail::chain_of(d.device_path, devices_root),
                                     d.numa_node);
@@ -216,9 +233,15 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
     t.rdma_devices.push_back(std::move(d));
   }
   std::sort(t.rdma_devices.begin(), t.rdma_devices.end(), [](const auto& a, const auto& b) {
-    if (a.distance != b.distance) return a.distance < b.distance;
-    if (a.pci_address.empty() != b.pci_address.empty()) return b.pci_address.empty();
-    if (a.active != b.active) return a.active;
+    if (a.distance != b.distance) {
+      return a.distance < b.distance;
+    }
+    if (a.pci_address.empty() != b.pci_address.empty()) {
+      return b.pci_address.empty();
+    }
+    if (a.active != b.active) {
+      return a.active;
+    }
     return a.name < b.name;
   });
   return t;
@@ -228,9 +251,13 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
 //! override), else the nearest one; nullopt when sysfs lists none.
 [[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(
     std::string_view gpu_pci_address, const std::filesystem::path& sysfs_root = "/sys") {
-  if (const char* env = std::getenv("RDX_DEVICE"); env != nullptr && *env != '\0') return std::string(env);
+  if (const char* env = std::getenv("RDX_DEVICE"); env != nullptr && *env != '\0') {
+    return std::string(env);
+  }
   const auto t = locate_gpu(gpu_pci_address, sysfs_root);
-  if (const auto* n = t.nearest()) return n->name;
+  if (const auto* n = t.nearest()) {
+    return n->name;
+  }
   return std::nullopt;
 }
 
@@ -240,8 +267,9 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
   char buf[64] = {};
   RDX_CUDA_TRY(cudaDeviceGetPCIBusId(buf, static_cast<int>(sizeof buf), cuda_device));
   const auto n = detail::normalize_pci_address(buf);
-  if (!n)
+  if (!n) {
     rdx::detail::throw_rdx(errc::unsupported, std::string("cudaDeviceGetPCIBusId returned '") + buf + "'");
+  }
   return *n;
 }
 
