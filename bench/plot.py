@@ -30,7 +30,8 @@ PAIRED = re.compile(r"^fabric/paired/([a-z_]+)/size:(\d+)(?:/depth:(\d+))?(?:/qp
 NAME = re.compile(r"^(fabric|micro)/([a-z_]+)/(raw|rdx)(?:/size:(\d+))?(?:/depth:(\d+))?(?:/qps:(\d+))?(?:/batch:(\d+))?")
 PT_FILE = re.compile(r"^([a-z]+_(?:bw|lat))_s(\d+)_d(\d+)_r(\d+)\.txt$")
 PT_BW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
-PT_LAT = re.compile(r"^\s*(\d+)\s+(\d+)(\s+[\d.]+){7}\s*$")
+# bytes, iterations, t_min, t_max, t_typical, ... (t_stdev may read -nan)
+PT_LAT = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s")
 
 
 def to_ns(value, unit):
@@ -118,7 +119,7 @@ def load_perftest(out):
             else:
                 lm = PT_LAT.match(line)
                 if lm and int(lm.group(1)) == size:
-                    value = float(line.split()[4])            # t_typical (median), usec
+                    value = float(lm.group(5))                # t_typical (median), usec
                     break
         if value is None:
             errors.append(f"perftest {f.name}: no result line")
@@ -264,7 +265,7 @@ def plot(out, samples, context):
     fig, (ax_bw, ax_lat) = plt.subplots(1, 2, figsize=(13, 5))
     series = defaultdict(list)
     for (source, op, size, depth), values in samples.items():
-        if kind_of(op) == "micro" or op.startswith(("window", "chan")):
+        if source not in styles or kind_of(op) == "micro" or op.startswith(("window", "chan")):
             continue
         series[(source, op, depth)].append((size, statistics.median(values)))
     for (source, op, depth), pts in sorted(series.items()):
