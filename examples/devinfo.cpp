@@ -5,11 +5,22 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
 #include <arpa/inet.h>
 #include <net/if.h>
+
+#if __has_include(<rdx/cuda/config.hpp>)
+#include <rdx/cuda/config.hpp>
+#endif
+#if defined(RDX_HAS_CUDA) && RDX_HAS_CUDA()
+#include <rdx/cuda/probe.hpp>
+#define RDX_DEVINFO_GPUS 1
+#else
+#define RDX_DEVINFO_GPUS 0
+#endif
 
 namespace {
 
@@ -19,12 +30,15 @@ void usage(const char* argv0) {
       "\n"
       "Prints each RDMA device's attributes and its ports' attributes, the GID\n"
       "table of every port with entry types and network devices, and the GID\n"
-      "index rdx would choose (and why).\n"
+      "index rdx would choose (and why). Built with rdx::cuda, it also prints the\n"
+      "GPUDirect probe of every GPU: which path (dma-buf, peermem, staged) works\n"
+      "with each RDMA device, and why.\n"
       "\n"
       "Options:\n"
       "  -d, --ib-dev DEV   only this device (default: all)\n"
       "  -i, --ib-port N    only this port (default: all)\n"
       "  -l, --list         only list device names\n"
+      "  -g, --gpu          only the GPUDirect probe of each GPU (rdx::cuda builds)\n"
       "  -v, --verbose      accepted for ibv_devinfo's users (always verbose)\n"
       "  -h, --help         this text\n"
       "\n"
@@ -201,6 +215,27 @@ void print_device(const rdx::context& ctx, int only_port) {
   std::printf("\n");
 }
 
+#if RDX_DEVINFO_GPUS
+//! The GPUDirect probe of every GPU, against dev (nullptr: no RDMA device).
+//! Returns false when CUDA reports no GPU.
+bool print_gpus(ibv_context* dev) {
+  const int n = rdx::cuda::device_count();
+  if (n <= 0) {
+    std::printf("GPUDirect: no CUDA GPU visible (driver missing or no device)\n");
+    return false;
+  }
+  for (int d = 0; d < n; ++d) {
+    try {
+      const auto report = dev != nullptr ? rdx::cuda::probe_gpudirect(d, dev) : rdx::cuda::probe_gpudirect(d);
+      std::printf("%s\n", report.to_string().c_str());
+    } catch (const rdx::error& e) {
+      std::printf("GPU %d: probe failed: %s\n", d, e.what());
+    }
+  }
+  return true;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,6 +243,7 @@ int main(int argc, char** argv) {
   std::string device;
   int port = 0;
   bool list_only = false;
+  bool gpus_only = false;
   try {
     examples::arg_reader r(argc, argv);
     std::string v;
@@ -223,6 +259,8 @@ int main(int argc, char** argv) {
         // Accepted for ibv_devinfo's users: the output is always the verbose one.
       } else if (r.match({"-l", "--list"})) {
         list_only = true;
+      } else if (r.match({"-g", "--gpu"})) {
+        gpus_only = true;
       } else {
         throw examples::usage_error("unexpected argument " + std::string(r.peek()));
       }
@@ -233,6 +271,20 @@ int main(int argc, char** argv) {
   }
   try {
     rdx::device_list list;
+#if RDX_DEVINFO_GPUS
+    if (gpus_only || list.empty()) {
+      // A GPU machine without an RDMA device still gets its probe.
+      std::optional<rdx::context> ctx;
+      if (!list.empty()) ctx.emplace(device.empty() ? rdx::context::open_default() : rdx::context::open(device));
+      const bool any = print_gpus(ctx ? ctx->native_handle() : nullptr);
+      if (gpus_only) return any ? 0 : 1;
+    }
+#else
+    if (gpus_only) {
+      std::fprintf(stderr, "%s: built without rdx::cuda: no GPU probe (configure with the CUDA Toolkit)\n", argv[0]);
+      return 1;
+    }
+#endif
     if (list.empty()) {
       std::fprintf(
           stderr,
@@ -252,6 +304,10 @@ int main(int argc, char** argv) {
     } else {
       for (ibv_device* d : list) print_device(rdx::context(d), port);
     }
+#if RDX_DEVINFO_GPUS
+    (void)print_gpus(device.empty() ? rdx::context::open_default().native_handle()
+                                    : rdx::context::open(device).native_handle());
+#endif
     return 0;
   } catch (const rdx::error& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
