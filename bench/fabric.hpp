@@ -48,10 +48,20 @@ namespace rdx_bench {
 using clk = std::chrono::steady_clock;
 
 enum class op : std::uint32_t {
-  write_bw, read_bw, send_bw, write_lat, read_lat, send_lat,
+  write_bw,
+  read_bw,
+  send_bw,
+  write_lat,
+  read_lat,
+  send_lat,
   // Typed channels (layer 5): remote_window writes and reads, striped over
   // 1 or 2 queue pairs, and channel<std::byte> messages.
-  window_write_bw, window_read_bw, window_write_lat, window_read_lat, chan_send_bw, chan_send_lat,
+  window_write_bw,
+  window_read_bw,
+  window_write_lat,
+  window_read_lat,
+  chan_send_bw,
+  chan_send_lat,
   quit
 };
 enum class api_kind : std::uint32_t { raw, rdx };
@@ -80,11 +90,11 @@ enum class api_kind : std::uint32_t { raw, rdx };
 }
 
 // Queue settings shared by both twins (they post on the same queue pairs).
-inline constexpr std::uint32_t sq_depth = 256;      // rdx's default send depth
+inline constexpr std::uint32_t sq_depth = 256;  // rdx's default send depth
 inline constexpr std::uint32_t rq_depth = 256;
 inline constexpr int cq_depth = 1024;
-inline constexpr unsigned max_batch = 64;           // largest group posted with one doorbell
-inline constexpr unsigned lat_signal_every = 16;    // latency loops: one signaled send in 16
+inline constexpr unsigned max_batch = 64;         // largest group posted with one doorbell
+inline constexpr unsigned lat_signal_every = 16;  // latency loops: one signaled send in 16
 inline constexpr unsigned max_qps = 2;
 
 //! A benchmark failure (a failed post or completion, a peer out of step): the
@@ -92,15 +102,21 @@ inline constexpr unsigned max_qps = 2;
 struct failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-[[noreturn]] inline void fail(const std::string& what) { throw failure(what); }
+[[noreturn]] inline void fail(const std::string& what) {
+  throw failure(what);
+}
 
 //! One end of the fabric: one registered buffer of [rx | tx], nqp RC queue
 //! pairs, each with its own send and receive completion queue.
 class side {
 public:
   side(rdx::context ctx, std::size_t region, unsigned nqp)
-      : ctx_(std::move(ctx)), pd_(ctx_), region_(region), mem_(alloc(2 * region)),
-        mr_(pd_, mem_.get(), 2 * region, rdx::access::local_write | rdx::access::remote_write | rdx::access::remote_read) {
+      : ctx_(std::move(ctx)),
+        pd_(ctx_),
+        region_(region),
+        mem_(alloc(2 * region)),
+        mr_(pd_, mem_.get(), 2 * region,
+            rdx::access::local_write | rdx::access::remote_write | rdx::access::remote_read) {
     scq_.reserve(nqp);
     rcq_.reserve(nqp);
     qp_.reserve(nqp);
@@ -120,17 +136,22 @@ public:
   [[nodiscard]] std::byte* rx() const noexcept { return mem_.get(); }
   [[nodiscard]] std::byte* tx() const noexcept { return mem_.get() + region_; }
   [[nodiscard]] ibv_sge rx_sge(std::size_t off, std::size_t len) const noexcept { return mr_.sge(off, len); }
-  [[nodiscard]] ibv_sge tx_sge(std::size_t off, std::size_t len) const noexcept { return mr_.sge(region_ + off, len); }
+  [[nodiscard]] ibv_sge tx_sge(std::size_t off, std::size_t len) const noexcept {
+    return mr_.sge(region_ + off, len);
+  }
   [[nodiscard]] rdx::remote_descriptor descriptor() const noexcept { return mr_.remote(); }
   [[nodiscard]] const rdx::context& context() const noexcept { return ctx_; }
   [[nodiscard]] const rdx::protection_domain& pd() const noexcept { return pd_; }
 
   void set_peer(const rdx::remote_descriptor& d) {
-    if (d.length < 2 * region_) fail("peer exposes " + std::to_string(d.length) + " bytes, need " + std::to_string(2 * region_));
+    if (d.length < 2 * region_)
+      fail("peer exposes " + std::to_string(d.length) + " bytes, need " + std::to_string(2 * region_));
     peer_ = d;
   }
   [[nodiscard]] rdx::remote_ptr peer_rx(std::size_t off = 0) const noexcept { return rdx::at(peer_, off); }
-  [[nodiscard]] rdx::remote_ptr peer_tx(std::size_t off = 0) const noexcept { return rdx::at(peer_, region_ + off); }
+  [[nodiscard]] rdx::remote_ptr peer_tx(std::size_t off = 0) const noexcept {
+    return rdx::at(peer_, region_ + off);
+  }
 
   //! Fills every receive queue (setup, plain verbs; both twins then keep it full).
   void fill_receives() {
@@ -154,10 +175,12 @@ public:
         .load(std::memory_order_acquire);
   }
   void set_rx_tail(std::size_t size, std::uint64_t v) const noexcept {
-    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(rx() + size - 8)).store(v, std::memory_order_release);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(rx() + size - 8))
+        .store(v, std::memory_order_release);
   }
   void set_tx_tail(std::size_t size, std::uint64_t v) const noexcept {
-    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(tx() + size - 8)).store(v, std::memory_order_release);
+    std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(tx() + size - 8))
+        .store(v, std::memory_order_release);
   }
 
 private:
@@ -202,7 +225,8 @@ struct raw_api {
   static std::uint64_t id(const ibv_wc& c) noexcept { return c.wr_id; }
   static const char* status(const ibv_wc& c) noexcept { return ::ibv_wc_status_str(c.status); }
 
-  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last, std::uint64_t id) noexcept {
+  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last,
+                  std::uint64_t id) noexcept {
     ibv_send_wr wrs[max_batch];
     ibv_sge sges[max_batch];
     ibv_qp* qp = s.qp(q).native_handle();
@@ -216,7 +240,8 @@ struct raw_api {
       w.sg_list = &sges[j];
       w.num_sge = 1;
       w.opcode = d.opcode;
-      w.send_flags = (signal_last && j + 1 == k ? unsigned{IBV_SEND_SIGNALED} : 0u) | (inl ? unsigned{IBV_SEND_INLINE} : 0u);
+      w.send_flags = (signal_last && j + 1 == k ? unsigned{IBV_SEND_SIGNALED} : 0u) |
+                     (inl ? unsigned{IBV_SEND_INLINE} : 0u);
       w.wr.rdma.remote_addr = d.remote.addr;
       w.wr.rdma.rkey = d.remote.rkey;
     }
@@ -251,7 +276,8 @@ struct rdx_api {
       default: return rdx::wr::write(d.sge, d.remote);
     }
   }
-  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last, std::uint64_t id) noexcept {
+  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last,
+                  std::uint64_t id) noexcept {
     if (k == 1) return s.qp(q).post_send(build(d).id(id).signaled(signal_last)).value();
     // A long-lived batch, as an application keeps one per queue pair.
     static thread_local rdx::send_batch<max_batch> batch;
@@ -262,7 +288,9 @@ struct rdx_api {
     if (ec) batch.clear();
     return ec.value();
   }
-  static int post_recv(side& s, unsigned q, ibv_sge sge) noexcept { return s.qp(q).post_recv(rdx::wr::recv(sge)).value(); }
+  static int post_recv(side& s, unsigned q, ibv_sge sge) noexcept {
+    return s.qp(q).post_recv(rdx::wr::recv(sge)).value();
+  }
   static int poll(rdx::completion_queue& cq, rdx::completion* out, int n) noexcept {
     return cq.poll(std::span<rdx::completion>(out, static_cast<std::size_t>(n)));
   }
@@ -288,10 +316,12 @@ struct sq_credit {
 
 template <class Api>
 inline void check_completion(const typename Api::wc_type& c, const char* where) {
-  if (!Api::ok(c)) [[unlikely]] fail(std::string(where) + ": completion with status " + Api::status(c));
+  if (!Api::ok(c)) [[unlikely]]
+    fail(std::string(where) + ": completion with status " + Api::status(c));
 }
 inline void check_post(int rc, const char* where) {
-  if (rc != 0) [[unlikely]] fail(std::string(where) + ": post failed: " + std::strerror(rc));
+  if (rc != 0) [[unlikely]]
+    fail(std::string(where) + ": post failed: " + std::strerror(rc));
 }
 
 //! Polls a send CQ without waiting and retires what its completions cover.
@@ -299,7 +329,8 @@ template <class Api>
 inline void reap(side& s, unsigned q, sq_credit& c) {
   typename Api::wc_type wcs[16];
   int n = Api::poll(s.scq(q), wcs, 16);
-  if (n < 0) [[unlikely]] fail("poll send CQ failed");
+  if (n < 0) [[unlikely]]
+    fail("poll send CQ failed");
   for (int i = 0; i < n; ++i) {
     check_completion<Api>(wcs[i], "send CQ");
     c.outstanding -= Api::id(wcs[i]);
@@ -346,7 +377,8 @@ private:
     typename Api::wc_type wcs[16];
     for (unsigned q = 0; q < cmd_.nqp; ++q) {
       int n = Api::poll(s_.rcq(q), wcs, 16);
-      if (n < 0) [[unlikely]] fail("poll receive CQ failed");
+      if (n < 0) [[unlikely]]
+        fail("poll receive CQ failed");
       for (int i = 0; i < n; ++i) {
         check_completion<Api>(wcs[i], "responder receive");
         check_post(Api::post_recv(s_, q, s_.rx_sge(0, s_.region())), "responder post_recv");
@@ -363,7 +395,8 @@ private:
       ++seq_;
       --remaining_;
       s_.set_tx_tail(cmd_.size, seq_);
-      post_lat<Api>(s_, 0, {IBV_WR_RDMA_WRITE, s_.tx_sge(0, cmd_.size), s_.peer_rx()}, credit_, remaining_ == 0);
+      post_lat<Api>(s_, 0, {IBV_WR_RDMA_WRITE, s_.tx_sge(0, cmd_.size), s_.peer_rx()}, credit_,
+                    remaining_ == 0);
     }
     reap<Api>(s_, 0, credit_);
     return remaining_ == 0 && credit_.outstanding == 0;
@@ -408,7 +441,9 @@ public:
         local_(s.pd(), region, rdx::access::local_write),
         grant_(win_) {
     for (unsigned k = 0; k < max_qps; ++k) {
-      rdx::connection_attr a{.queue_pairs = k + 1, .send_depth = sq_depth, .recv_depth = chan_recv_depth,
+      rdx::connection_attr a{.queue_pairs = k + 1,
+                             .send_depth = sq_depth,
+                             .recv_depth = chan_recv_depth,
                              .message_size = static_cast<std::uint32_t>(chan_message_size(region))};
       conn_[k] = std::make_unique<rdx::connection>(s.pd(), a);
     }
@@ -429,7 +464,8 @@ public:
     const rdx::window_descriptor g = grant_.descriptor();
     for (unsigned k = 0; k < max_qps; ++k) {
       rdx::peer_offer offer = rdx::exchange_and_connect(sock, *conn_[k], std::span(&g, 1));
-      if (offer.windows.size() != 1) fail("peer offered " + std::to_string(offer.windows.size()) + " windows");
+      if (offer.windows.size() != 1)
+        fail("peer offered " + std::to_string(offer.windows.size()) + " windows");
       peer_ = offer.windows[0];
     }
     ch_.emplace(*conn_[0]);
@@ -453,7 +489,8 @@ private:
 };
 
 inline void check_op(std::error_code ec, const char* where) {
-  if (ec) [[unlikely]] fail(std::string(where) + ": " + ec.message());
+  if (ec) [[unlikely]]
+    fail(std::string(where) + ": " + ec.message());
 }
 
 //! The passive half of a channel run: receives messages (and echoes them for latency).
@@ -529,7 +566,8 @@ public:
   }
 
   //! Two nodes, client end: connects to the responder and exchanges endpoints.
-  static std::unique_ptr<fabric> connect(const std::string& host, std::uint16_t port, std::size_t region, unsigned nqp) {
+  static std::unique_ptr<fabric> connect(const std::string& host, std::uint16_t port, std::size_t region,
+                                         unsigned nqp) {
     auto f = std::unique_ptr<fabric>(new fabric());
     f->client_.emplace(rdx::context::open_default(), region, nqp);
     f->sock_ = rdx::tcp::connect(host, port, std::chrono::seconds(120));
@@ -550,8 +588,10 @@ public:
   void begin(const command& c) {
     if (c.what == op::write_lat) client_->set_rx_tail(c.size, 0);
     if (is_loopback()) {
-      if (is_channel_op(c.what)) chan_->start(c);
-      else local<Api>().start(c);
+      if (is_channel_op(c.what))
+        chan_->start(c);
+      else
+        local<Api>().start(c);
       channel_run_ = is_channel_op(c.what);
       return;
     }
@@ -562,8 +602,10 @@ public:
   template <class Api>
   void progress() {
     if (!is_loopback()) return;
-    if (channel_run_) (void)chan_->step();
-    else (void)local<Api>().step();
+    if (channel_run_)
+      (void)chan_->step();
+    else
+      (void)local<Api>().step();
   }
   //! Waits until the responder has finished its part of the run.
   template <class Api>
@@ -607,12 +649,16 @@ public:
       if (c.what == op::quit) return 0;
       char status = 'D';
       try {
-        if (is_channel_op(c.what)) run(chan, c, sock);
-        else if (c.api == api_kind::rdx) run(rdx, c, sock);
-        else run(raw, c, sock);
+        if (is_channel_op(c.what))
+          run(chan, c, sock);
+        else if (c.api == api_kind::rdx)
+          run(rdx, c, sock);
+        else
+          run(raw, c, sock);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "responder: %s %s size %llu: %s\n", std::string(to_string(c.what)).c_str(),
-                     c.api == api_kind::rdx ? "rdx" : "raw", static_cast<unsigned long long>(c.size), e.what());
+                     c.api == api_kind::rdx ? "rdx" : "raw", static_cast<unsigned long long>(c.size),
+                     e.what());
         status = 'E';
       }
       send_byte(sock, status);
@@ -625,8 +671,10 @@ private:
 
   template <class Api>
   responder<Api>& local() {
-    if constexpr (std::is_same_v<Api, rdx_api>) return *rdx_;
-    else return *raw_;
+    if constexpr (std::is_same_v<Api, rdx_api>)
+      return *rdx_;
+    else
+      return *raw_;
   }
 
   template <class R>
@@ -646,7 +694,8 @@ private:
     for (unsigned q = 0; q < s.nqp(); ++q) {
       const rdx::remote_descriptor mine = s.descriptor();
       rdx::wire::message m = rdx::tcp::exchange(sock, s.qp(q).local_endpoint(), std::span(&mine, 1));
-      if (m.descriptors.size() != 1) fail("peer sent " + std::to_string(m.descriptors.size()) + " descriptors, expected 1");
+      if (m.descriptors.size() != 1)
+        fail("peer sent " + std::to_string(m.descriptors.size()) + " descriptors, expected 1");
       s.qp(q).connect(m.ep);
       peer = m.descriptors[0];
     }
@@ -690,11 +739,11 @@ private:
 // The measured loops.
 
 struct result {
-  double seconds = 0;         // whole run, first post to last completion
+  double seconds = 0;  // whole run, first post to last completion
   std::uint64_t bytes = 0;
-  std::vector<double> lat_us; // per operation (latency runs), sorted
-  double wr_per_op = 0;       // connection runs: work requests posted per operation (probes included)
-  double signaled_per_op = 0; // connection runs: signaled work requests per operation
+  std::vector<double> lat_us;  // per operation (latency runs), sorted
+  double wr_per_op = 0;        // connection runs: work requests posted per operation (probes included)
+  double signaled_per_op = 0;  // connection runs: signaled work requests per operation
 };
 
 //! Bandwidth: keeps `depth` requests in flight on queue pair 0, posted in
@@ -723,7 +772,8 @@ inline result run_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uin
       posted += g;
     }
     int n = Api::poll(s.scq(0), wcs, 16);
-    if (n < 0) [[unlikely]] fail("poll send CQ failed");
+    if (n < 0) [[unlikely]]
+      fail("poll send CQ failed");
     for (int i = 0; i < n; ++i) {
       check_completion<Api>(wcs[i], "send CQ");
       done += Api::id(wcs[i]);
@@ -763,7 +813,8 @@ inline result run_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
       post_lat<Api>(s, 0, {IBV_WR_SEND, s.tx_sge(0, size), {}}, credit, last);
       for (;;) {
         int n = Api::poll(s.rcq(0), wcs, 1);
-        if (n < 0) [[unlikely]] fail("poll receive CQ failed");
+        if (n < 0) [[unlikely]]
+          fail("poll receive CQ failed");
         if (n == 1) break;
         f.progress<Api>();
         reap<Api>(s, 0, credit);
@@ -774,9 +825,9 @@ inline result run_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
       scale = 1.0;
       check_post(Api::post(s, 0, {IBV_WR_RDMA_READ, s.rx_sge(0, size), s.peer_tx()}, 1, true, 1), "post");
       int n = 0;
-      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {
-      }
-      if (n < 0) [[unlikely]] fail("poll send CQ failed");
+      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {}
+      if (n < 0) [[unlikely]]
+        fail("poll send CQ failed");
       check_completion<Api>(wcs[0], "send CQ");
     }
     r.lat_us[i - 1] = std::chrono::duration<double, std::micro>(clk::now() - t0).count() * scale;
@@ -794,7 +845,8 @@ inline result run_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
 
 //! remote_window bandwidth: `depth` operations in flight on a connection of
 //! `qps` queue pairs (large transfers striped in 512 KiB chunks).
-inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count, unsigned qps) {
+inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count,
+                            unsigned qps) {
   chan_side& cs = f.client_chan();
   rdx::remote_window<std::byte, win_rights> w(cs.conn(qps), cs.peer_window());
   const rdx::local_span<std::byte> local = cs.local(size);
@@ -809,8 +861,10 @@ inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, s
       check_op(slot->wait(), "window");
       slot.reset();
     }
-    if (o == op::window_write_bw) slot.emplace(make_op{[&] { return w.write(local, 0); }});
-    else slot.emplace(make_op{[&] { return w.read(local, 0); }});
+    if (o == op::window_write_bw)
+      slot.emplace(make_op{[&] { return w.write(local, 0); }});
+    else
+      slot.emplace(make_op{[&] { return w.read(local, 0); }});
   }
   for (unsigned j = 0; j < depth; ++j) {
     if (ring[j]) check_op(ring[j]->wait(), "window");
@@ -827,7 +881,8 @@ inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, s
 //! the remote address space), round-robin over `qps` queue pairs of the same
 //! depth, one request per post, signaled every depth/4 per queue pair.
 template <class Api>
-inline result run_stripe_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count, unsigned qps) {
+inline result run_stripe_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count,
+                            unsigned qps) {
   side& s = f.client();
   const bool write = o == op::window_write_bw;
   const rdx::remote_ptr base = write ? s.peer_rx() : s.peer_tx();
@@ -848,7 +903,8 @@ inline result run_stripe_bw(fabric& f, op o, std::size_t size, unsigned depth, s
   for (unsigned q = 0; q < qps; ++q) last_on[q] = total - 1 - ((total - 1 + qps - q) % qps);
   unsigned since[max_qps] = {};
   typename Api::wc_type wcs[16];
-  f.begin<Api>(command{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, depth, qps});
+  f.begin<Api>(
+      command{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, depth, qps});
   std::uint64_t posted = 0, done = 0;
   const auto t0 = clk::now();
   while (done < total) {
@@ -864,7 +920,8 @@ inline result run_stripe_bw(fabric& f, op o, std::size_t size, unsigned depth, s
     }
     for (unsigned q = 0; q < qps; ++q) {
       int n = Api::poll(s.scq(q), wcs, 16);
-      if (n < 0) [[unlikely]] fail("poll send CQ failed");
+      if (n < 0) [[unlikely]]
+        fail("poll send CQ failed");
       for (int i = 0; i < n; ++i) {
         check_completion<Api>(wcs[i], "send CQ");
         done += Api::id(wcs[i]);
@@ -891,8 +948,10 @@ inline result run_window_lat(fabric& f, op o, std::size_t size, std::uint64_t co
     const rdx::local_span<std::byte> local = cs.local(size);
     for (std::uint64_t i = 0; i < count; ++i) {
       const auto t0 = clk::now();
-      if (write) check_op(w.write(local, 0).wait(), "window write");
-      else check_op(w.read(local, 0).wait(), "window read");
+      if (write)
+        check_op(w.write(local, 0).wait(), "window write");
+      else
+        check_op(w.read(local, 0).wait(), "window read");
       r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
     }
   } else {
@@ -904,9 +963,9 @@ inline result run_window_lat(fabric& f, op o, std::size_t size, std::uint64_t co
       const auto t0 = clk::now();
       check_post(Api::post(s, 0, d, 1, true, 1), "post");
       int n = 0;
-      while ((n = Api::poll(s.scq(0), wc, 1)) == 0) {
-      }
-      if (n < 0) [[unlikely]] fail("poll send CQ failed");
+      while ((n = Api::poll(s.scq(0), wc, 1)) == 0) {}
+      if (n < 0) [[unlikely]]
+        fail("poll send CQ failed");
       check_completion<Api>(wc[0], "send CQ");
       r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
     }

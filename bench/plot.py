@@ -164,7 +164,7 @@ def main():
 
     # Ratios and targets.
     order = lambda c: (kind_of(c[0]) == "micro", c[0].startswith(("window", "chan")), kind_of(c[0]), c[0], c[2], c[1])
-    configs = sorted({(op, size, depth) for (src, op, size, depth) in samples if src in ("rdx", "raw")}, key=order)
+    configs = sorted({(op, size, depth) for (src, op, size, depth) in samples if src in ("rdx", "raw", "paired")}, key=order)
     table, misses, checked = [], [], 0
     lines = []
     hdr = (f"{'figure':<30}{'rdx':>10}{'raw':>10}{'perftest':>10}{'rdx/raw':>9}{'noise':>7}{'paired':>8}"
@@ -183,8 +183,8 @@ def main():
         bw, lat = kind == "bw", kind == "lat"
         best_of = max if bw else min
         rb = best_of(r) / best_of(w) if r and w and best_of(w) else None
-        noise = max(spread(r or []), spread(w or []))
         pr = samples.get(("paired", op, size, depth))
+        noise = max(spread(r or []), spread(w or []), spread(pr or []))
         rpair = statistics.median(pr) if pr else None
         checks = []
 
@@ -230,7 +230,7 @@ def main():
           "bandwidth in MB/s (10^6 B/s), latency in us (median; write and send: half a round trip), micro in ns")
     print("rdx, raw, perftest: medians of all runs. rdx/raw: of those medians (twins back to back, every round);\n"
           "paired: median over rounds of rdx/raw from one run in which both alternate in 8 blocks each (judged when "
-          "present);\nnoise: half the relative range of the separate runs; MISS~: missed, but the other estimate "
+          "present);\nnoise: half the relative range of the separate runs (and of the paired ratios); MISS~: missed, but the other estimate "
           "meets it or the miss lies inside the noise.\nchan_send_* are read against raw send_*, window_* against "
           "raw verbs on queue pairs of the same depth; perftest: ib_write/read/send_*")
     print("\n".join(lines))

@@ -8,8 +8,6 @@
 // Two nodes (RDX_PEER_ADDR set, as cmake/softroce/rdx-vm sets it): RDX_NODE=1
 // serves as the responder, RDX_NODE=0 runs the benchmarks against it; they
 // meet over rdx's TCP bootstrap on --rdx_port.
-#include "fabric.hpp"
-
 #include <rdx/verbs/device_list.hpp>
 
 #include <benchmark/benchmark.h>
@@ -19,27 +17,29 @@
 #include <map>
 #include <numeric>
 
+#include "fabric.hpp"
+
 namespace rdx_bench {
 namespace {
 
 struct options {
   std::vector<std::size_t> sizes{8, 4096, 65536, 1 << 20};
   std::vector<unsigned> depths{1, 64};
-  std::size_t depth64_max = 65536;      // largest size measured at depth 64
-  std::size_t stripe_min = 65536;       // smallest size measured striped over 2 queue pairs
-  std::uint64_t bw_bytes = 4 << 20;     // bytes per bandwidth run, before the bounds below
+  std::size_t depth64_max = 65536;   // largest size measured at depth 64
+  std::size_t stripe_min = 65536;    // smallest size measured striped over 2 queue pairs
+  std::uint64_t bw_bytes = 4 << 20;  // bytes per bandwidth run, before the bounds below
   std::uint64_t bw_max_msgs = 2000;
-  std::uint64_t lat_bytes = 16 << 20;   // bytes per latency run, before the bounds below
+  std::uint64_t lat_bytes = 16 << 20;  // bytes per latency run, before the bounds below
   std::uint64_t lat_iters = 200;
   std::uint16_t port = 18600;
-  std::string mode = "auto";            // auto, loopback, twonode
-  bool rdx_first = false;               // run each rdx benchmark before its raw twin
+  std::string mode = "auto";  // auto, loopback, twonode
+  bool rdx_first = false;     // run each rdx benchmark before its raw twin
 };
 
 options opt;
 bool plan_only = false;
-std::unique_ptr<fabric> g_fabric;   // the fabric the fabric/ benchmarks use
-std::unique_ptr<fabric> g_micro;    // a small loopback pair for micro/
+std::unique_ptr<fabric> g_fabric;  // the fabric the fabric/ benchmarks use
+std::unique_ptr<fabric> g_micro;   // a small loopback pair for micro/
 struct twin_figures {
   double raw = 0;
   double rdx = 0;
@@ -57,13 +57,16 @@ std::vector<std::size_t> parse_sizes(std::string_view s) {
     auto comma = s.find(',');
     std::string_view t = s.substr(0, comma);
     std::size_t mult = 1;
-    if (!t.empty() && (t.back() == 'K' || t.back() == 'k')) mult = 1024, t.remove_suffix(1);
-    else if (!t.empty() && (t.back() == 'M' || t.back() == 'm')) mult = 1 << 20, t.remove_suffix(1);
+    if (!t.empty() && (t.back() == 'K' || t.back() == 'k'))
+      mult = 1024, t.remove_suffix(1);
+    else if (!t.empty() && (t.back() == 'M' || t.back() == 'm'))
+      mult = 1 << 20, t.remove_suffix(1);
     std::uint64_t v = 0;
     auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     if (ec != std::errc{} || p != t.data() + t.size() || v * mult < 8 || v * mult > (8u << 20) ||
         ((v * mult) & (v * mult - 1)) != 0) {
-      throw std::invalid_argument("--rdx_sizes: \"" + std::string(t) + "\" is not a power of two from 8 to 8M");
+      throw std::invalid_argument("--rdx_sizes: \"" + std::string(t) +
+                                  "\" is not a power of two from 8 to 8M");
     }
     out.push_back(v * mult);
     if (comma == std::string_view::npos) break;
@@ -75,7 +78,8 @@ std::vector<std::size_t> parse_sizes(std::string_view s) {
 std::uint64_t parse_u64(std::string_view name, std::string_view v) {
   std::uint64_t x = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc{} || p != v.data() + v.size()) throw std::invalid_argument(std::string(name) + ": not a number");
+  if (ec != std::errc{} || p != v.data() + v.size())
+    throw std::invalid_argument(std::string(name) + ": not a number");
   return x;
 }
 
@@ -88,10 +92,12 @@ void parse_options(int& argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     auto value = [&](std::string_view name) -> std::optional<std::string_view> {
-      if (a.size() > name.size() + 1 && a.starts_with(name) && a[name.size()] == '=') return a.substr(name.size() + 1);
+      if (a.size() > name.size() + 1 && a.starts_with(name) && a[name.size()] == '=')
+        return a.substr(name.size() + 1);
       return std::nullopt;
     };
-    if (auto v = value("--rdx_sizes")) opt.sizes = parse_sizes(*v);
+    if (auto v = value("--rdx_sizes"))
+      opt.sizes = parse_sizes(*v);
     else if (auto v = value("--rdx_depths")) {
       opt.depths.clear();
       std::string_view l = *v;
@@ -103,32 +109,45 @@ void parse_options(int& argc, char** argv) {
         if (comma == std::string_view::npos) break;
         l.remove_prefix(comma + 1);
       }
-    } else if (auto v = value("--rdx_depth64_max")) opt.depth64_max = parse_u64("--rdx_depth64_max", *v);
-    else if (auto v = value("--rdx_stripe_min")) opt.stripe_min = parse_u64("--rdx_stripe_min", *v);
-    else if (auto v = value("--rdx_bw_bytes")) opt.bw_bytes = parse_u64("--rdx_bw_bytes", *v);
-    else if (auto v = value("--rdx_bw_max_msgs")) opt.bw_max_msgs = parse_u64("--rdx_bw_max_msgs", *v);
-    else if (auto v = value("--rdx_lat_bytes")) opt.lat_bytes = parse_u64("--rdx_lat_bytes", *v);
-    else if (auto v = value("--rdx_lat_iters")) opt.lat_iters = parse_u64("--rdx_lat_iters", *v);
-    else if (auto v = value("--rdx_port")) opt.port = static_cast<std::uint16_t>(parse_u64("--rdx_port", *v));
-    else if (auto v = value("--rdx_mode")) opt.mode = std::string(*v);
-    else if (a == "--rdx_plan") plan_only = true;
+    } else if (auto v = value("--rdx_depth64_max"))
+      opt.depth64_max = parse_u64("--rdx_depth64_max", *v);
+    else if (auto v = value("--rdx_stripe_min"))
+      opt.stripe_min = parse_u64("--rdx_stripe_min", *v);
+    else if (auto v = value("--rdx_bw_bytes"))
+      opt.bw_bytes = parse_u64("--rdx_bw_bytes", *v);
+    else if (auto v = value("--rdx_bw_max_msgs"))
+      opt.bw_max_msgs = parse_u64("--rdx_bw_max_msgs", *v);
+    else if (auto v = value("--rdx_lat_bytes"))
+      opt.lat_bytes = parse_u64("--rdx_lat_bytes", *v);
+    else if (auto v = value("--rdx_lat_iters"))
+      opt.lat_iters = parse_u64("--rdx_lat_iters", *v);
+    else if (auto v = value("--rdx_port"))
+      opt.port = static_cast<std::uint16_t>(parse_u64("--rdx_port", *v));
+    else if (auto v = value("--rdx_mode"))
+      opt.mode = std::string(*v);
+    else if (a == "--rdx_plan")
+      plan_only = true;
     else if (auto v = value("--rdx_order")) {
-      if (*v != "raw_first" && *v != "rdx_first") throw std::invalid_argument("--rdx_order: raw_first or rdx_first");
+      if (*v != "raw_first" && *v != "rdx_first")
+        throw std::invalid_argument("--rdx_order: raw_first or rdx_first");
       opt.rdx_first = *v == "rdx_first";
-    }
-    else if (a == "--rdx_help") {
+    } else if (a == "--rdx_help") {
       std::printf(
           "rdx_bench options (besides Google Benchmark's):\n"
-          "  --rdx_sizes=LIST|default|all  message sizes, powers of two 8..8M (e.g. 8,4K,1M); env RDX_BENCH_SIZES\n"
+          "  --rdx_sizes=LIST|default|all  message sizes, powers of two 8..8M (e.g. 8,4K,1M); env "
+          "RDX_BENCH_SIZES\n"
           "  --rdx_depths=LIST             bandwidth queue depths (default 1,64)\n"
           "  --rdx_depth64_max=BYTES       largest size measured at depths above 1 (default 65536)\n"
-          "  --rdx_stripe_min=BYTES        smallest size measured striped over 2 queue pairs (default 65536)\n"
+          "  --rdx_stripe_min=BYTES        smallest size measured striped over 2 queue pairs (default "
+          "65536)\n"
           "  --rdx_bw_bytes=N --rdx_bw_max_msgs=N   bytes and message cap per bandwidth run\n"
           "  --rdx_lat_bytes=N --rdx_lat_iters=N    bytes and iteration cap per latency run\n"
           "  --rdx_mode=auto|loopback|twonode       auto: two nodes when RDX_PEER_ADDR is set\n"
-          "  --rdx_port=N                  TCP port of the two-node bootstrap (default 18600); env RDX_BENCH_PORT\n"
+          "  --rdx_port=N                  TCP port of the two-node bootstrap (default 18600); env "
+          "RDX_BENCH_PORT\n"
           "  --rdx_order=raw_first|rdx_first  which twin runs first (alternate it between rounds)\n"
-          "  --rdx_plan                    print the fabric runs (op size depth messages), one a line, and exit\n");
+          "  --rdx_plan                    print the fabric runs (op size depth messages), one a line, and "
+          "exit\n");
       std::exit(0);
     } else {
       argv[out++] = argv[i];
@@ -153,7 +172,9 @@ std::uint64_t bw_count(std::size_t size, unsigned depth) {
   const std::uint64_t lo = std::max<std::uint64_t>(16, 4ull * depth);
   return std::max(lo, std::min(opt.bw_bytes / size, opt.bw_max_msgs));
 }
-std::uint64_t lat_count(std::size_t size) { return std::clamp<std::uint64_t>(opt.lat_bytes / size, 10, opt.lat_iters); }
+std::uint64_t lat_count(std::size_t size) {
+  return std::clamp<std::uint64_t>(opt.lat_bytes / size, 10, opt.lat_iters);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -184,7 +205,8 @@ void twin(benchmark::State& state, const std::string& key, double figure) {
 }
 
 template <class Api, class Run>
-void bw_bench(benchmark::State& state, Run run, std::size_t size, unsigned depth, unsigned qps, const std::string& key) {
+void bw_bench(benchmark::State& state, Run run, std::size_t size, unsigned depth, unsigned qps,
+              const std::string& key) {
   try {
     for (auto _ : state) {
       result r = run();
@@ -217,7 +239,8 @@ void lat_bench(benchmark::State& state, Run run, std::size_t size, const std::st
       state.counters["lat_avg_us"] =
           std::accumulate(r.lat_us.begin(), r.lat_us.end(), 0.0) / static_cast<double>(r.lat_us.size());
       state.counters["lat_min_us"] = r.lat_us.front();
-      state.counters["lat_p99_us"] = r.lat_us[std::min<std::size_t>(r.lat_us.size() - 1, r.lat_us.size() * 99 / 100)];
+      state.counters["lat_p99_us"] =
+          r.lat_us[std::min<std::size_t>(r.lat_us.size() - 1, r.lat_us.size() * 99 / 100)];
       state.counters["msgs"] = static_cast<double>(r.lat_us.size());
       twin<Api>(state, key, med);
     }
@@ -269,7 +292,8 @@ void micro_build(benchmark::State& state, std::string key) {
     } else {
       static rdx::send_batch<k> batch;
       batch.clear();
-      for (unsigned j = 0; j < k; ++j) (void)batch.push(rdx::wr::write(sge, rp + j * 8).id(j).signaled(j + 1 == k));
+      for (unsigned j = 0; j < k; ++j)
+        (void)batch.push(rdx::wr::write(sge, rp + j * 8).id(j).signaled(j + 1 == k));
       benchmark::DoNotOptimize(batch);
     }
     benchmark::ClobberMemory();
@@ -291,8 +315,7 @@ void micro_post_poll(benchmark::State& state, unsigned k, std::string key) {
     for (auto _ : state) {
       check_post(Api::post(s, 0, d, k, true, k), "post");
       int n = 0;
-      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {
-      }
+      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {}
       if (n < 0) fail("poll failed");
       check_completion<Api>(wcs[0], "micro");
     }
@@ -373,7 +396,9 @@ void paired_bench(benchmark::State& state, bool bw, RawRun raw_run, RdxRun rdx_r
 
 // --- registration -------------------------------------------------------------
 
-std::string size_name(std::size_t s) { return std::to_string(s); }
+std::string size_name(std::size_t s) {
+  return std::to_string(s);
+}
 
 template <class F>
 void reg_twins(const std::string& group, const std::string& suffix, F&& make, bool manual) {
@@ -390,21 +415,30 @@ void reg_twins(const std::string& group, const std::string& suffix, F&& make, bo
 
 void register_all(bool have_device) {
   using fn = std::function<void(benchmark::State&)>;
-  reg_twins("micro/build", "/batch:16", [](bool r, std::string key) -> fn {
-    if (r) return [key](benchmark::State& s) { micro_build<rdx_api>(s, key); };
-    return [key](benchmark::State& s) { micro_build<raw_api>(s, key); };
-  }, false);
+  reg_twins(
+      "micro/build", "/batch:16",
+      [](bool r, std::string key) -> fn {
+        if (r) return [key](benchmark::State& s) { micro_build<rdx_api>(s, key); };
+        return [key](benchmark::State& s) { micro_build<raw_api>(s, key); };
+      },
+      false);
   if (!have_device) return;
   for (unsigned k : {1u, 16u}) {
-    reg_twins("micro/post_poll", "/batch:" + std::to_string(k), [k](bool r, std::string key) -> fn {
-      if (r) return [k, key](benchmark::State& s) { micro_post_poll<rdx_api>(s, k, key); };
-      return [k, key](benchmark::State& s) { micro_post_poll<raw_api>(s, k, key); };
-    }, false);
+    reg_twins(
+        "micro/post_poll", "/batch:" + std::to_string(k),
+        [k](bool r, std::string key) -> fn {
+          if (r) return [k, key](benchmark::State& s) { micro_post_poll<rdx_api>(s, k, key); };
+          return [k, key](benchmark::State& s) { micro_post_poll<raw_api>(s, k, key); };
+        },
+        false);
   }
-  reg_twins("micro/poll_empty", "", [](bool r, std::string key) -> fn {
-    if (r) return [key](benchmark::State& s) { micro_poll_empty<rdx_api>(s, key); };
-    return [key](benchmark::State& s) { micro_poll_empty<raw_api>(s, key); };
-  }, false);
+  reg_twins(
+      "micro/poll_empty", "",
+      [](bool r, std::string key) -> fn {
+        if (r) return [key](benchmark::State& s) { micro_poll_empty<rdx_api>(s, key); };
+        return [key](benchmark::State& s) { micro_poll_empty<raw_api>(s, key); };
+      },
+      false);
 
   // Verbs level: rdx's queue_pair, builders and batches against plain verbs on the same queue pair.
   for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
@@ -413,10 +447,20 @@ void register_all(bool have_device) {
         if (depth > 1 && size > opt.depth64_max) continue;
         const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
         const std::uint64_t n = bw_count(size, depth);
-        reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
-          if (r) return [=](benchmark::State& s) { bw_bench<rdx_api>(s, [&] { return run_bw<rdx_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key); };
-          return [=](benchmark::State& s) { bw_bench<raw_api>(s, [&] { return run_bw<raw_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key); };
-        }, true);
+        reg_twins(
+            "fabric/" + std::string(to_string(o)), suffix,
+            [=](bool r, std::string key) -> fn {
+              if (r)
+                return [=](benchmark::State& s) {
+                  bw_bench<rdx_api>(
+                      s, [&] { return run_bw<rdx_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key);
+                };
+              return [=](benchmark::State& s) {
+                bw_bench<raw_api>(
+                    s, [&] { return run_bw<raw_api>(*g_fabric, o, size, depth, n); }, size, depth, 1, key);
+              };
+            },
+            true);
       }
     }
   }
@@ -424,10 +468,20 @@ void register_all(bool have_device) {
     for (std::size_t size : opt.sizes) {
       const std::string suffix = "/size:" + size_name(size);
       const std::uint64_t n = lat_count(size);
-      reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
-        if (r) return [=](benchmark::State& s) { lat_bench<rdx_api>(s, [&] { return run_lat<rdx_api>(*g_fabric, o, size, n); }, size, key); };
-        return [=](benchmark::State& s) { lat_bench<raw_api>(s, [&] { return run_lat<raw_api>(*g_fabric, o, size, n); }, size, key); };
-      }, true);
+      reg_twins(
+          "fabric/" + std::string(to_string(o)), suffix,
+          [=](bool r, std::string key) -> fn {
+            if (r)
+              return [=](benchmark::State& s) {
+                lat_bench<rdx_api>(
+                    s, [&] { return run_lat<rdx_api>(*g_fabric, o, size, n); }, size, key);
+              };
+            return [=](benchmark::State& s) {
+              lat_bench<raw_api>(
+                  s, [&] { return run_lat<raw_api>(*g_fabric, o, size, n); }, size, key);
+            };
+          },
+          true);
     }
   }
 
@@ -441,10 +495,22 @@ void register_all(bool have_device) {
           const std::string suffix =
               "/size:" + size_name(size) + "/depth:" + std::to_string(depth) + "/qps:" + std::to_string(qps);
           const std::uint64_t n = bw_count(size, depth);
-          reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
-            if (r) return [=](benchmark::State& s) { bw_bench<rdx_api>(s, [&] { return run_window_bw(*g_fabric, o, size, depth, n, qps); }, size, depth, qps, key); };
-            return [=](benchmark::State& s) { bw_bench<raw_api>(s, [&] { return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, n, qps); }, size, depth, qps, key); };
-          }, true);
+          reg_twins(
+              "fabric/" + std::string(to_string(o)), suffix,
+              [=](bool r, std::string key) -> fn {
+                if (r)
+                  return [=](benchmark::State& s) {
+                    bw_bench<rdx_api>(
+                        s, [&] { return run_window_bw(*g_fabric, o, size, depth, n, qps); }, size, depth, qps,
+                        key);
+                  };
+                return [=](benchmark::State& s) {
+                  bw_bench<raw_api>(
+                      s, [&] { return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, n, qps); }, size,
+                      depth, qps, key);
+                };
+              },
+              true);
         }
       }
     }
@@ -453,10 +519,20 @@ void register_all(bool have_device) {
     for (std::size_t size : opt.sizes) {
       const std::string suffix = "/size:" + size_name(size);
       const std::uint64_t n = lat_count(size);
-      reg_twins("fabric/" + std::string(to_string(o)), suffix, [=](bool r, std::string key) -> fn {
-        if (r) return [=](benchmark::State& s) { lat_bench<rdx_api>(s, [&] { return run_window_lat<rdx_api>(*g_fabric, o, size, n); }, size, key); };
-        return [=](benchmark::State& s) { lat_bench<raw_api>(s, [&] { return run_window_lat<raw_api>(*g_fabric, o, size, n); }, size, key); };
-      }, true);
+      reg_twins(
+          "fabric/" + std::string(to_string(o)), suffix,
+          [=](bool r, std::string key) -> fn {
+            if (r)
+              return [=](benchmark::State& s) {
+                lat_bench<rdx_api>(
+                    s, [&] { return run_window_lat<rdx_api>(*g_fabric, o, size, n); }, size, key);
+              };
+            return [=](benchmark::State& s) {
+              lat_bench<raw_api>(
+                  s, [&] { return run_window_lat<raw_api>(*g_fabric, o, size, n); }, size, key);
+            };
+          },
+          true);
     }
   }
   // channel<std::byte> messages: their twins are the plain-verbs send_bw and
@@ -469,9 +545,16 @@ void register_all(bool have_device) {
       const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
       const std::uint64_t n = bw_count(size, depth);
       const std::string name = "fabric/chan_send_bw/rdx" + suffix;
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-        bw_bench<chan_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1, "fabric/send_bw" + suffix);
-      })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [=](benchmark::State& s) {
+            bw_bench<chan_api>(
+                s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1,
+                "fabric/send_bw" + suffix);
+          })
+          ->UseManualTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
     }
   }
   for (std::size_t size : opt.sizes) {
@@ -479,24 +562,37 @@ void register_all(bool have_device) {
     const std::string suffix = "/size:" + size_name(size);
     const std::uint64_t n = lat_count(size);
     const std::string name = "fabric/chan_send_lat/rdx" + suffix;
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
-      lat_bench<chan_api>(s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); }, size, "fabric/send_lat" + suffix);
-    })->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& s) {
+                                   lat_bench<chan_api>(
+                                       s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); },
+                                       size, "fabric/send_lat" + suffix);
+                                 })
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
   }
 
   // Paired runs of the same twins (see paired_bench): the ratio least moved by host noise.
   auto reg_paired = [](const std::string& name, fn f) {
-    benchmark::RegisterBenchmark(name.c_str(), f)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name.c_str(), f)
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
   };
   for (op o : {op::write_bw, op::read_bw, op::send_bw}) {
     for (unsigned depth : opt.depths) {
       for (std::size_t size : opt.sizes) {
         if (depth > 1 && size > opt.depth64_max) continue;
         const std::uint64_t n = bw_count(size, depth);
-        reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) + "/depth:" + std::to_string(depth),
+        reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) +
+                       "/depth:" + std::to_string(depth),
                    [=](benchmark::State& s) {
-                     paired_bench(s, true, [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, o, size, depth, c); },
-                                  [&](std::uint64_t c) { return run_bw<rdx_api>(*g_fabric, o, size, depth, c); }, n, size, depth, 1);
+                     paired_bench(
+                         s, true,
+                         [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, o, size, depth, c); },
+                         [&](std::uint64_t c) { return run_bw<rdx_api>(*g_fabric, o, size, depth, c); }, n,
+                         size, depth, 1);
                    });
       }
     }
@@ -504,10 +600,13 @@ void register_all(bool have_device) {
   for (op o : {op::write_lat, op::read_lat, op::send_lat}) {
     for (std::size_t size : opt.sizes) {
       const std::uint64_t n = lat_count(size);
-      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size), [=](benchmark::State& s) {
-        paired_bench(s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, o, size, c); },
-                     [&](std::uint64_t c) { return run_lat<rdx_api>(*g_fabric, o, size, c); }, n, size, 1, 1);
-      });
+      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size),
+                 [=](benchmark::State& s) {
+                   paired_bench(
+                       s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, o, size, c); },
+                       [&](std::uint64_t c) { return run_lat<rdx_api>(*g_fabric, o, size, c); }, n, size, 1,
+                       1);
+                 });
     }
   }
   for (op o : {op::window_write_bw, op::window_read_bw}) {
@@ -516,11 +615,16 @@ void register_all(bool have_device) {
         for (std::size_t size : opt.sizes) {
           if ((depth > 1 && size > opt.depth64_max) || (qps > 1 && size < opt.stripe_min)) continue;
           const std::uint64_t n = bw_count(size, depth);
-          reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) + "/depth:" +
-                         std::to_string(depth) + "/qps:" + std::to_string(qps),
+          reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) +
+                         "/depth:" + std::to_string(depth) + "/qps:" + std::to_string(qps),
                      [=](benchmark::State& s) {
-                       paired_bench(s, true, [&](std::uint64_t c) { return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, c, qps); },
-                                    [&](std::uint64_t c) { return run_window_bw(*g_fabric, o, size, depth, c, qps); }, n, size, depth, qps);
+                       paired_bench(
+                           s, true,
+                           [&](std::uint64_t c) {
+                             return run_stripe_bw<raw_api>(*g_fabric, o, size, depth, c, qps);
+                           },
+                           [&](std::uint64_t c) { return run_window_bw(*g_fabric, o, size, depth, c, qps); },
+                           n, size, depth, qps);
                      });
         }
       }
@@ -529,29 +633,38 @@ void register_all(bool have_device) {
   for (op o : {op::window_write_lat, op::window_read_lat}) {
     for (std::size_t size : opt.sizes) {
       const std::uint64_t n = lat_count(size);
-      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size), [=](benchmark::State& s) {
-        paired_bench(s, false, [&](std::uint64_t c) { return run_window_lat<raw_api>(*g_fabric, o, size, c); },
-                     [&](std::uint64_t c) { return run_window_lat<rdx_api>(*g_fabric, o, size, c); }, n, size, 1, 1);
-      });
+      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size),
+                 [=](benchmark::State& s) {
+                   paired_bench(
+                       s, false,
+                       [&](std::uint64_t c) { return run_window_lat<raw_api>(*g_fabric, o, size, c); },
+                       [&](std::uint64_t c) { return run_window_lat<rdx_api>(*g_fabric, o, size, c); }, n,
+                       size, 1, 1);
+                 });
     }
   }
   for (unsigned depth : opt.depths) {
     for (std::size_t size : opt.sizes) {
       if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
       const std::uint64_t n = bw_count(size, depth);
-      reg_paired("fabric/paired/chan_send_bw/size:" + size_name(size) + "/depth:" + std::to_string(depth),
-                 [=](benchmark::State& s) {
-                   paired_bench(s, true, [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, op::send_bw, size, depth, c); },
-                                [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_bw, size, depth, c); }, n, size, depth, 1);
-                 });
+      reg_paired(
+          "fabric/paired/chan_send_bw/size:" + size_name(size) + "/depth:" + std::to_string(depth),
+          [=](benchmark::State& s) {
+            paired_bench(
+                s, true,
+                [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, op::send_bw, size, depth, c); },
+                [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_bw, size, depth, c); }, n,
+                size, depth, 1);
+          });
     }
   }
   for (std::size_t size : opt.sizes) {
     if (size > chan_max) continue;
     const std::uint64_t n = lat_count(size);
     reg_paired("fabric/paired/chan_send_lat/size:" + size_name(size), [=](benchmark::State& s) {
-      paired_bench(s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, op::send_lat, size, c); },
-                   [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_lat, size, 1, c); }, n, size, 1, 1);
+      paired_bench(
+          s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, op::send_lat, size, c); },
+          [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_lat, size, 1, c); }, n, size, 1, 1);
     });
   }
 }
@@ -598,7 +711,8 @@ int main(int argc, char** argv) {
       rdx::context ctx = rdx::context::open_default();
       benchmark::AddCustomContext("rdx_device", ctx.name());
       if (twonode) {
-        if (peer == nullptr || *peer == '\0') throw std::invalid_argument("--rdx_mode=twonode needs RDX_PEER_ADDR");
+        if (peer == nullptr || *peer == '\0')
+          throw std::invalid_argument("--rdx_mode=twonode needs RDX_PEER_ADDR");
         g_fabric = fabric::connect(peer, opt.port, region, max_qps);
       } else {
         g_fabric = fabric::loopback(region, max_qps);
