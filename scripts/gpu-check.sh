@@ -56,7 +56,7 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 
 echo "== configure and build" | tee "$OUT/build.log"
 targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
-         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong)
+         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo)
 if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
      -DRDX_CUDA=ON -DRDX_WARNINGS_AS_ERRORS=ON -DRDX_BUILD_BENCHMARKS=OFF >>"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -96,6 +96,12 @@ echo "== probe and topology (real sysfs)"
 rc=$?
 cat "$OUT/probe.log"
 row "probe + topology (cuda_gpu_info)" "exit $rc; best path: $(grep -m1 -o 'best path: .*' "$OUT/probe.log" | cut -d' ' -f3)"
+
+echo "== devinfo -g (the GPUDirect probe as users see it)"
+"$BUILD/examples/devinfo" -g >"$OUT/devinfo.log" 2>&1
+rc=$?
+cat "$OUT/devinfo.log"
+row "devinfo -g" "exit $rc; $(grep -m1 -o 'best path: .*' "$OUT/devinfo.log")"
 
 echo "== staging throughput vs plain cudaMemcpy"
 # shellcheck disable=SC2086

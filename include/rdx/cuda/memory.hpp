@@ -36,149 +36,172 @@ private:
   return d;
 }
 
-//! count elements of T in device memory (cudaMalloc), freed on destruction.
-template <class T>
-class device_buffer {
+namespace detail {
+//! The move-only ownership all CUDA owners share: one handle, freed once by
+//! Free (a cudaFree-like call named in the log if it fails), never thrown.
+template <class H, cudaError_t (*Free)(H), const char* Name>
+class cuda_owner {
+public:
+  cuda_owner() noexcept = default;
+  explicit cuda_owner(H h) noexcept : h_(h) {}
+  cuda_owner(cuda_owner&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  cuda_owner& operator=(cuda_owner&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  cuda_owner(const cuda_owner&) = delete;
+  cuda_owner& operator=(const cuda_owner&) = delete;
+  ~cuda_owner() { reset(); }
+
+  [[nodiscard]] H get() const noexcept { return h_; }
+  [[nodiscard]] H* out() noexcept { return &h_; }
+  [[nodiscard]] H release() noexcept { return std::exchange(h_, nullptr); }
+
+private:
+  void reset() noexcept {
+    if (h_ != nullptr) {
+      check_noexcept(Free(h_), Name);
+    }
+    h_ = nullptr;
+  }
+  H h_ = nullptr;
+};
+
+//! cudaStreamQuery/cudaEventQuery: true when done, false when still running
+//! (clearing the not-ready status), a cuda_error for anything else.
+[[nodiscard]] inline bool query_ready(cudaError_t st, const char* call) {
+  if (st == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  check(st, call);
+  return true;
+}
+
+inline constexpr char cuda_free_name[] = "cudaFree";
+inline constexpr char cuda_free_host_name[] = "cudaFreeHost";
+inline constexpr char stream_destroy_name[] = "cudaStreamDestroy";
+inline constexpr char event_destroy_name[] = "cudaEventDestroy";
+inline cudaError_t free_device(void* p) { return cudaFree(p); }
+inline cudaError_t free_host(void* p) { return cudaFreeHost(p); }
+inline cudaError_t destroy_stream(cudaStream_t s) { return cudaStreamDestroy(s); }
+inline cudaError_t destroy_event(cudaEvent_t e) { return cudaEventDestroy(e); }
+
+//! count elements of T in memory from one CUDA allocator; what device_buffer
+//! and pinned_buffer share.
+template <class T, cudaError_t (*Free)(void*), const char* FreeName>
+class cuda_array {
   static_assert(std::is_trivially_copyable_v<T>,
-                "device_buffer holds bytes copied by DMA: T must be trivially copyable");
+                "rdx::cuda buffers hold bytes copied by DMA: T must be trivially copyable");
 
 public:
   using value_type = T;
 
+  [[nodiscard]] T* data() const noexcept { return static_cast<T*>(mem_.get()); }
+  [[nodiscard]] T* native_handle() const noexcept { return data(); }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+  //! Gives up ownership; the caller frees the pointer (FreeName).
+  [[nodiscard]] T* release() noexcept {
+    count_ = 0;
+    return static_cast<T*>(mem_.release());
+  }
+
+protected:
+  cuda_array() noexcept = default;
+  cuda_array(void* p, std::size_t count) noexcept : mem_(p), count_(p != nullptr ? count : 0) {}
+  cuda_array(cuda_array&& o) noexcept : mem_(std::move(o.mem_)), count_(std::exchange(o.count_, 0)) {}
+  cuda_array& operator=(cuda_array&& o) noexcept {
+    mem_ = std::move(o.mem_);
+    count_ = std::exchange(o.count_, 0);
+    return *this;
+  }
+  ~cuda_array() = default;
+
+private:
+  cuda_owner<void*, Free, FreeName> mem_;
+  std::size_t count_ = 0;
+};
+}  // namespace detail
+
+//! count elements of T in device memory (cudaMalloc), freed on destruction.
+template <class T>
+class device_buffer : public detail::cuda_array<T, &detail::free_device, detail::cuda_free_name> {
+  using base = detail::cuda_array<T, &detail::free_device, detail::cuda_free_name>;
+
+public:
   device_buffer() noexcept = default;
   //! Allocates count elements on the current device.
   //! @throws rdx::cuda::cuda_error when cudaMalloc fails (no GPU, out of memory)
-  explicit device_buffer(std::size_t count) : count_(count) {
-    if (count == 0) {
-      return;
+  explicit device_buffer(std::size_t count) : base(allocate(count), count) {
+    if (count != 0) {
+      RDX_CUDA_TRY(cudaGetDevice(&device_));
     }
-    void* p = nullptr;
-    RDX_CUDA_TRY(cudaMalloc(&p, count * sizeof(T)));
-    data_ = static_cast<T*>(p);
-    RDX_CUDA_TRY(cudaGetDevice(&device_));
   }
   //! Takes ownership of memory from cudaMalloc; refuses nullptr.
   [[nodiscard]] static device_buffer from_native_handle(T* p, std::size_t count, int device) {
     if (p == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "device_buffer::from_native_handle: nullptr");
     }
-    device_buffer b;
-    b.data_ = p;
-    b.count_ = count;
-    b.device_ = device;
-    return b;
+    return device_buffer(p, count, device);
   }
-  device_buffer(device_buffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)), device_(o.device_) {}
-  device_buffer& operator=(device_buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      data_ = std::exchange(o.data_, nullptr);
-      count_ = std::exchange(o.count_, 0);
-      device_ = o.device_;
-    }
-    return *this;
-  }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  ~device_buffer() { reset(); }
+  device_buffer(device_buffer&& o) noexcept = default;
+  device_buffer& operator=(device_buffer&& o) noexcept = default;
 
-  //! Device pointer; never dereference it on the host.
-  [[nodiscard]] T* data() const noexcept { return data_; }
-  [[nodiscard]] T* native_handle() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return count_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+  // data() is a device pointer: never dereference it on the host.
   //! The device the memory lives on.
   [[nodiscard]] int device() const noexcept { return device_; }
-  //! Gives up ownership; the caller frees the pointer with cudaFree.
-  [[nodiscard]] T* release() noexcept {
-    count_ = 0;
-    return std::exchange(data_, nullptr);
-  }
 
 private:
-  void reset() noexcept {
-    if (data_ != nullptr) {
-      detail::check_noexcept(cudaFree(data_), "cudaFree");
+  device_buffer(T* p, std::size_t count, int device) noexcept : base(p, count), device_(device) {}
+  static void* allocate(std::size_t count) {
+    void* p = nullptr;
+    if (count != 0) {
+      RDX_CUDA_TRY(cudaMalloc(&p, count * sizeof(T)));
     }
-    data_ = nullptr;
-    count_ = 0;
+    return p;
   }
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
   int device_ = 0;
 };
 
 //! count elements of T in page-locked host memory (cudaMallocHost), which the
 //! GPU copies at full speed and an RDMA device can register.
 template <class T>
-class pinned_buffer {
-  static_assert(std::is_trivially_copyable_v<T>,
-                "pinned_buffer holds bytes copied by DMA: T must be trivially copyable");
+class pinned_buffer : public detail::cuda_array<T, &detail::free_host, detail::cuda_free_host_name> {
+  using base = detail::cuda_array<T, &detail::free_host, detail::cuda_free_host_name>;
 
 public:
-  using value_type = T;
-
   pinned_buffer() noexcept = default;
   //! @throws rdx::cuda::cuda_error when cudaMallocHost fails
-  explicit pinned_buffer(std::size_t count) : count_(count) {
-    if (count == 0) {
-      return;
-    }
-    void* p = nullptr;
-    RDX_CUDA_TRY(cudaMallocHost(&p, count * sizeof(T)));
-    data_ = static_cast<T*>(p);
-  }
+  explicit pinned_buffer(std::size_t count) : base(allocate(count), count) {}
   //! Takes ownership of memory from cudaMallocHost; refuses nullptr.
   [[nodiscard]] static pinned_buffer from_native_handle(T* p, std::size_t count) {
     if (p == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "pinned_buffer::from_native_handle: nullptr");
     }
-    pinned_buffer b;
-    b.data_ = p;
-    b.count_ = count;
-    return b;
+    return pinned_buffer(p, count);
   }
-  pinned_buffer(pinned_buffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
-  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      data_ = std::exchange(o.data_, nullptr);
-      count_ = std::exchange(o.count_, 0);
-    }
-    return *this;
-  }
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
-  ~pinned_buffer() { reset(); }
+  pinned_buffer(pinned_buffer&& o) noexcept = default;
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept = default;
 
-  [[nodiscard]] T* data() const noexcept { return data_; }
-  [[nodiscard]] T* native_handle() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return count_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
-  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return data_[i]; }
-  [[nodiscard]] T* begin() const noexcept { return data_; }
-  [[nodiscard]] T* end() const noexcept { return data_ + count_; }
-  [[nodiscard]] std::span<T> span() const noexcept { return {data_, count_}; }
-  //! Gives up ownership; the caller frees the pointer with cudaFreeHost.
-  [[nodiscard]] T* release() noexcept {
-    count_ = 0;
-    return std::exchange(data_, nullptr);
-  }
+  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return this->data()[i]; }
+  [[nodiscard]] T* begin() const noexcept { return this->data(); }
+  [[nodiscard]] T* end() const noexcept { return this->data() + this->size(); }
+  [[nodiscard]] std::span<T> span() const noexcept { return {this->data(), this->size()}; }
 
 private:
-  void reset() noexcept {
-    if (data_ != nullptr) {
-      detail::check_noexcept(cudaFreeHost(data_), "cudaFreeHost");
+  pinned_buffer(T* p, std::size_t count) noexcept : base(p, count) {}
+  static void* allocate(std::size_t count) {
+    void* p = nullptr;
+    if (count != 0) {
+      RDX_CUDA_TRY(cudaMallocHost(&p, count * sizeof(T)));
     }
-    data_ = nullptr;
-    count_ = 0;
+    return p;
   }
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
 };
 
 //! An owned CUDA stream; non-blocking by default, so it never serializes
@@ -187,7 +210,7 @@ class stream {
 public:
   //! @throws rdx::cuda::cuda_error when cudaStreamCreateWithFlags fails
   explicit stream(unsigned flags = cudaStreamNonBlocking) {
-    RDX_CUDA_TRY(cudaStreamCreateWithFlags(&s_, flags));
+    RDX_CUDA_TRY(cudaStreamCreateWithFlags(s_.out(), flags));
   }
   [[nodiscard]] static stream from_native_handle(cudaStream_t s) {
     if (s == nullptr) {
@@ -195,43 +218,18 @@ public:
     }
     return stream(s, adopt_tag{});
   }
-  stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  stream& operator=(stream&& o) noexcept {
-    if (this != &o) {
-      reset();
-      s_ = std::exchange(o.s_, nullptr);
-    }
-    return *this;
-  }
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
-  ~stream() { reset(); }
 
-  [[nodiscard]] cudaStream_t native_handle() const noexcept { return s_; }
-  [[nodiscard]] cudaStream_t release() noexcept { return std::exchange(s_, nullptr); }
+  [[nodiscard]] cudaStream_t native_handle() const noexcept { return s_.get(); }
+  [[nodiscard]] cudaStream_t release() noexcept { return s_.release(); }
   //! Blocks until all work queued so far has finished.
-  void synchronize() const { RDX_CUDA_TRY(cudaStreamSynchronize(s_)); }
+  void synchronize() const { RDX_CUDA_TRY(cudaStreamSynchronize(s_.get())); }
   //! True when all queued work has finished.
-  [[nodiscard]] bool ready() const {
-    const cudaError_t st = cudaStreamQuery(s_);
-    if (st == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    RDX_CUDA_TRY(st);
-    return true;
-  }
+  [[nodiscard]] bool ready() const { return detail::query_ready(cudaStreamQuery(s_.get()), "cudaStreamQuery"); }
 
 private:
   struct adopt_tag {};
   stream(cudaStream_t s, adopt_tag) noexcept : s_(s) {}
-  void reset() noexcept {
-    if (s_ != nullptr) {
-      detail::check_noexcept(cudaStreamDestroy(s_), "cudaStreamDestroy");
-    }
-    s_ = nullptr;
-  }
-  cudaStream_t s_ = nullptr;
+  detail::cuda_owner<cudaStream_t, &detail::destroy_stream, detail::stream_destroy_name> s_;
 };
 
 //! An owned CUDA event. Without timing by default: such events are cheaper
@@ -242,7 +240,7 @@ public:
 
   //! @throws rdx::cuda::cuda_error when cudaEventCreateWithFlags fails
   explicit event(timing t = timing::off) {
-    RDX_CUDA_TRY(cudaEventCreateWithFlags(&e_, t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
+    RDX_CUDA_TRY(cudaEventCreateWithFlags(e_.out(), t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
   }
   [[nodiscard]] static event from_native_handle(cudaEvent_t e) {
     if (e == nullptr) {
@@ -250,49 +248,24 @@ public:
     }
     return event(e, adopt_tag{});
   }
-  event(event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
-  event& operator=(event&& o) noexcept {
-    if (this != &o) {
-      reset();
-      e_ = std::exchange(o.e_, nullptr);
-    }
-    return *this;
-  }
-  event(const event&) = delete;
-  event& operator=(const event&) = delete;
-  ~event() { reset(); }
 
-  [[nodiscard]] cudaEvent_t native_handle() const noexcept { return e_; }
-  [[nodiscard]] cudaEvent_t release() noexcept { return std::exchange(e_, nullptr); }
-  void record(const stream& s) { RDX_CUDA_TRY(cudaEventRecord(e_, s.native_handle())); }
-  void record(cudaStream_t s) { RDX_CUDA_TRY(cudaEventRecord(e_, s)); }
-  void synchronize() const { RDX_CUDA_TRY(cudaEventSynchronize(e_)); }
-  [[nodiscard]] bool ready() const {
-    const cudaError_t st = cudaEventQuery(e_);
-    if (st == cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    RDX_CUDA_TRY(st);
-    return true;
-  }
+  [[nodiscard]] cudaEvent_t native_handle() const noexcept { return e_.get(); }
+  [[nodiscard]] cudaEvent_t release() noexcept { return e_.release(); }
+  void record(const stream& s) { RDX_CUDA_TRY(cudaEventRecord(e_.get(), s.native_handle())); }
+  void record(cudaStream_t s) { RDX_CUDA_TRY(cudaEventRecord(e_.get(), s)); }
+  void synchronize() const { RDX_CUDA_TRY(cudaEventSynchronize(e_.get())); }
+  [[nodiscard]] bool ready() const { return detail::query_ready(cudaEventQuery(e_.get()), "cudaEventQuery"); }
   //! Milliseconds between two recorded timing events.
   [[nodiscard]] static float elapsed_ms(const event& start, const event& stop) {
     float ms = 0;
-    RDX_CUDA_TRY(cudaEventElapsedTime(&ms, start.e_, stop.e_));
+    RDX_CUDA_TRY(cudaEventElapsedTime(&ms, start.e_.get(), stop.e_.get()));
     return ms;
   }
 
 private:
   struct adopt_tag {};
   event(cudaEvent_t e, adopt_tag) noexcept : e_(e) {}
-  void reset() noexcept {
-    if (e_ != nullptr) {
-      detail::check_noexcept(cudaEventDestroy(e_), "cudaEventDestroy");
-    }
-    e_ = nullptr;
-  }
-  cudaEvent_t e_ = nullptr;
+  detail::cuda_owner<cudaEvent_t, &detail::destroy_event, detail::event_destroy_name> e_;
 };
 
 }  // namespace rdx::cuda
