@@ -35,9 +35,9 @@ function(_rdx_fabric_test_props name label timeout processors)
     SKIP_RETURN_CODE 77
     TIMEOUT ${timeout}
     PROCESSORS ${processors})
-  if(P_ENVIRONMENT)
-    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${P_ENVIRONMENT}")
-  endif()
+  # The source and build trees reach the VMs even from under /tmp (rdx-vm).
+  set(env "RDX_VM_SHARE=${PROJECT_SOURCE_DIR}:${PROJECT_BINARY_DIR}" ${P_ENVIRONMENT})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}")
 endfunction()
 
 function(rdx_add_rdma_test)
