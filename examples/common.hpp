@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -112,6 +113,18 @@ inline double percentile(const std::vector<double>& sorted, double p) {
   auto rank =
       static_cast<std::size_t>(std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(sorted.size()))));
   return sorted[std::min(rank, sorted.size()) - 1];
+}
+
+//! The bootstrap connection: a client connects to server (retrying until
+//! timeout); a server (server empty) listens on port, says so, and accepts one
+//! client. @throws rdx::error naming the address and the cause.
+inline rdx::tcp::socket bootstrap_socket(const std::string& server, std::uint16_t port,
+                                         std::chrono::milliseconds timeout) {
+  if (!server.empty()) return rdx::tcp::connect(server, port, timeout);
+  auto l = rdx::tcp::listener::bind("", port);
+  std::printf("  waiting for a client on TCP port %u\n", l.port());
+  std::fflush(stdout);
+  return l.accept(timeout);
 }
 
 }  // namespace examples

@@ -467,15 +467,7 @@ int run_native(const options& o) {
   r.qp.to_init();
   for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
 
-  rdx::tcp::socket sock;
-  if (client) {
-    sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
-  } else {
-    auto l = rdx::tcp::listener::bind("", o.tcp_port);
-    std::printf("  waiting for a client on TCP port %u\n", l.port());
-    std::fflush(stdout);
-    sock = l.accept(o.timeout);
-  }
+  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
   settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   if (client) rdx::detail::os_random(&mine.seed, sizeof mine.seed);
   const settings peer = exchange_settings(sock, mine, o.timeout);
@@ -561,13 +553,10 @@ int run_rc_compat(const options& o) {
   };
 
   if (client) {
-    auto sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
+    auto sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
     connect(rdx::rc_pingpong::client_exchange(sock, r.qp.local_endpoint(), agreed, o.timeout));
   } else {
-    auto l = rdx::tcp::listener::bind("", o.tcp_port);
-    std::printf("  waiting for a client on TCP port %u\n", l.port());
-    std::fflush(stdout);
-    auto sock = l.accept(o.timeout);
+    auto sock = examples::bootstrap_socket("", o.tcp_port, o.timeout);
     (void)rdx::rc_pingpong::server_exchange(sock, r.qp.local_endpoint(), connect, agreed, o.timeout);
   }
   std::printf("  connected: path MTU %d, %zu bytes x %u round trips\n", rdx::mtu_bytes(agreed), o.size,
@@ -649,15 +638,7 @@ int run_typed(const options& o) {
               ctx.name().c_str(), conn.qp(0).port());
   std::printf("  local address:  %s\n", rdx::to_string(conn.qp(0).local_endpoint()).c_str());
 
-  rdx::tcp::socket sock;
-  if (client) {
-    sock = rdx::tcp::connect(o.server, o.tcp_port, o.timeout);
-  } else {
-    auto l = rdx::tcp::listener::bind("", o.tcp_port);
-    std::printf("  waiting for a client on TCP port %u\n", l.port());
-    std::fflush(stdout);
-    sock = l.accept(o.timeout);
-  }
+  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
   settings mine_settings{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   if (client) rdx::detail::os_random(&mine_settings.seed, sizeof mine_settings.seed);
   const settings peer = exchange_settings(sock, mine_settings, o.timeout);

@@ -131,16 +131,11 @@ int run(const options& o) {
   const bool client = !o.server.empty();
   const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
 
-  rdx::tcp::socket sock;
-  if (client) {
-    sock = rdx::tcp::connect(o.server, o.port, o.timeout);
-  } else {
-    auto l = rdx::tcp::listener::bind("", o.port);
-    std::printf("kv_window server: %u records of %zu bytes on %s, TCP port %u\n", o.records, sizeof(record),
-                ctx.name().c_str(), l.port());
-    std::fflush(stdout);
-    sock = l.accept(o.timeout);
+  if (!client) {
+    std::printf("kv_window server: %u records of %zu bytes on %s\n", o.records, sizeof(record),
+                ctx.name().c_str());
   }
+  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.port, o.timeout);
 
   if (!client) {
     // The table: one registered region with exactly read, write and atomic
