@@ -1,7 +1,7 @@
 // rdx: the core umbrella header. Needs only libibverbs: no CUDA, no rdma_cm.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/connect/wire.hpp>

@@ -5,7 +5,7 @@
 // thread uses a connection and the operations started on it.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/completion_queue.hpp>

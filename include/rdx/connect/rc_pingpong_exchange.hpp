@@ -12,7 +12,7 @@
 // uses 1024 unless given -m).
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/error.hpp>
 

@@ -3,7 +3,7 @@
 // attempted, with whom, and why it failed.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/connect/wire.hpp>
 #include <rdx/error.hpp>
 

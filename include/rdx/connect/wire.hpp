@@ -29,7 +29,7 @@
 // what is wrong and where.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/error.hpp>
 
 #include <array>

@@ -1,7 +1,7 @@
 // rdx: an open RDMA device (ibv_context), chosen by name, netdev or default.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/env.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>

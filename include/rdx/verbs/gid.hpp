@@ -1,7 +1,7 @@
 // rdx: GID table entries and automatic, explainable GID selection.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/env.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/context.hpp>

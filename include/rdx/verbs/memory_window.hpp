@@ -1,7 +1,7 @@
 // rdx: memory windows (ibv_mw): revocable remote access to part of a region.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/memory_region.hpp>

@@ -2,7 +2,7 @@
 // connect, device-checked limits and batched posting.
 #pragma once
 
-#include <rdx/connect/endpoint.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/detail/random.hpp>
 #include <rdx/error.hpp>
