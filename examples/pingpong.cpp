@@ -443,6 +443,15 @@ void print_stats(const options& o, const run_stats& st, const char* label) {
               o.size, o.iters, min, med, p99, mbps * 8);
 }
 
+//! The end of a run: the client's statistics, or the server's one line.
+void report(const options& o, const run_stats& st, bool client, const char* label) {
+  if (client) {
+    print_stats(o, st, label);
+  } else {
+    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size, label);
+  }
+}
+
 // --- the two roles --------------------------------------------------------------
 
 void print_local(const resources& r, const char* role, const options& o) {
@@ -524,13 +533,7 @@ int run_native(const options& o) {
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
   rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QP goes
-
-  if (client) {
-    print_stats(o, st, mode_name(o.m));
-  } else {
-    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size,
-                mode_name(o.m));
-  }
+  report(o, st, client, mode_name(o.m));
   return 0;
 }
 
@@ -605,11 +608,7 @@ int run_rc_compat(const options& o) {
     post_recv_slot(r, o, slot);
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
-  if (client) {
-    print_stats(o, st, "rc-compat");
-  } else {
-    std::printf("%u payloads of %zu bytes (rc-compat) received, checked and echoed\n", o.iters, o.size);
-  }
+  report(o, st, client, "rc-compat");
   return 0;
 }
 
@@ -735,12 +734,7 @@ int run_typed(const options& o) {
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
   rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QPs go
-  if (client) {
-    print_stats(o, st, mode_name(o.m));
-  } else {
-    std::printf("%u payloads of %zu bytes (%s) received, checked and echoed\n", o.iters, o.size,
-                mode_name(o.m));
-  }
+  report(o, st, client, mode_name(o.m));
   return 0;
 }
 
