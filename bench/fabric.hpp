@@ -5,13 +5,6 @@
 // that both twins run the same algorithm on the same queue pair.
 #pragma once
 
-// GCC 12 reports operation::done_ as maybe uninitialized when an operation
-// is built in place inside std::optional (guaranteed elision through a
-// conversion function); it is initialized by its constructor.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>
@@ -425,15 +418,6 @@ inline constexpr std::uint32_t chan_recv_depth = 64;
   return std::min(region, chan_max_message);
 }
 
-//! Builds an operation in place (operations are neither copyable nor movable).
-template <class F>
-struct make_op {
-  F f;
-  operator rdx::operation() const { return f(); }  // NOLINT: used by optional::emplace
-};
-template <class F>
-make_op(F) -> make_op<F>;
-
 class chan_side {
 public:
   chan_side(const side& s, std::size_t region)
@@ -514,7 +498,7 @@ public:
       }
       return true;
     }
-    if (!rx_) rx_.emplace(make_op{[&] { return ch.receive(s_.buffer(cmd_.size)); }});
+    if (!rx_) rx_ = ch.receive(s_.buffer(cmd_.size));
     if (!rx_->test()) return false;
     check_op(rx_->error(), "responder receive");
     rx_.reset();
@@ -526,7 +510,7 @@ public:
         check_op(tx_->wait(), "responder send");
         tx_.reset();
       }
-      tx_.emplace(make_op{[&] { return ch.send(std::span<const std::byte>(s_.buffer(cmd_.size))); }});
+      tx_ = ch.send(std::span<const std::byte>(s_.buffer(cmd_.size)));
     }
     return false;
   }
@@ -862,9 +846,9 @@ inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, s
       slot.reset();
     }
     if (o == op::window_write_bw)
-      slot.emplace(make_op{[&] { return w.write(local, 0); }});
+      slot = w.write(local, 0);
     else
-      slot.emplace(make_op{[&] { return w.read(local, 0); }});
+      slot = w.read(local, 0);
   }
   for (unsigned j = 0; j < depth; ++j) {
     if (ring[j]) check_op(ring[j]->wait(), "window");
@@ -997,7 +981,7 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
         check_op(tx->wait(), "channel send");
         tx.reset();
       }
-      tx.emplace(make_op{[&] { return ch.send(msg); }});
+      tx = ch.send(msg);
       rdx::operation rx = ch.receive(dst);
       while (!rx.test()) f.progress<rdx_api>();
       check_op(rx.error(), "channel receive");
@@ -1018,7 +1002,7 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
         f.progress<rdx_api>();
         ch.conn().progress();
       }
-      slot.emplace(make_op{[&] { return ch.send(msg); }});
+      slot = ch.send(msg);
       if (f.is_loopback()) f.progress<rdx_api>();
     }
     for (unsigned j = 0; j < depth; ++j) {

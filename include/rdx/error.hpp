@@ -23,6 +23,9 @@ enum class errc {
   no_device,          //!< no RDMA device matched
   unsupported,        //!< the device or kernel does not do this
   operation_failed,   //!< an earlier failure stopped this operation
+  operation_aborted,  //!< the connection was closed or destroyed before the operation ended
+  operation_canceled, //!< cancel() or a stop request ended the operation
+  protocol_error,     //!< the peer sent an impossible value (a credit count, a header)
 };
 }  // namespace rdx
 
@@ -47,6 +50,9 @@ public:
       case errc::no_device: return "no RDMA device";
       case errc::unsupported: return "not supported";
       case errc::operation_failed: return "operation failed after an earlier error";
+      case errc::operation_aborted: return "operation aborted: its connection was closed";
+      case errc::operation_canceled: return "operation canceled";
+      case errc::protocol_error: return "protocol error: the peer sent an impossible value";
     }
     return "unknown rdx error";
   }

@@ -24,4 +24,7 @@
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>
+#include <rdx/channel/message_ring.hpp>
+#include <rdx/channel/operation.hpp>
+#include <rdx/channel/send_queue.hpp>
 #include <rdx/channel/window.hpp>

@@ -38,16 +38,6 @@ struct pair {
   }
 };
 
-//! Builds a non-movable operation in place (optional::emplace, arrays):
-//! the conversion's result initialises the target directly.
-template <class F>
-struct lazy {
-  F f;
-  operator rdx::operation() const { return f(); }  // NOLINT
-};
-template <class F>
-lazy(F) -> lazy<F>;
-
 //! An eagerly started coroutine that keeps its frame until destroyed.
 struct task {
   struct promise_type {

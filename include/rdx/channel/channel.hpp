@@ -39,9 +39,22 @@ struct received {
 template <message_type T>
 class receive_operation : public operation {
 public:
-  explicit receive_operation(connection& c) noexcept : operation(c) {
-    c.start_receive(*this, &value_, sizeof(T), sizeof(T), true);
+  explicit receive_operation(connection& c) noexcept : operation(detail::start_access::make(c)) {
+    detail::start_access::of(c).start_receive(*this, &value_, sizeof(T), sizeof(T), true);
   }
+  //! A move re-points the destination of a receive still waiting.
+  receive_operation(receive_operation&& o) noexcept : operation(std::move(o)), value_(o.value_) {
+    if (destination() == reinterpret_cast<std::byte*>(&o.value_)) set_destination(reinterpret_cast<std::byte*>(&value_));
+  }
+  receive_operation& operator=(receive_operation&& o) noexcept {
+    if (this != &o) {
+      operation::operator=(std::move(o));
+      value_ = o.value_;
+      if (destination() == reinterpret_cast<std::byte*>(&o.value_)) set_destination(reinterpret_cast<std::byte*>(&value_));
+    }
+    return *this;
+  }
+  ~receive_operation() = default;
   //! The message (valid when ok()).
   [[nodiscard]] const T& value() const noexcept { return value_; }
   received<T> await_resume() const noexcept { return {error(), value_}; }
@@ -67,26 +80,29 @@ public:
   }
 
   //! Sends one value (copied before return: inline, or into a registered
-  //! staging buffer). Waits, polling, while the peer has no free buffer.
+  //! staging buffer). While the peer has no free buffer it is deferred (a
+  //! waiting coroutine stays suspended; nothing spins) and posted in order.
   [[nodiscard]] operation send(const T& v) noexcept {
-    return operation(operation::start_tag{}, *conn_,
-                     [&](operation& op) { conn_->start_send(op, &v, sizeof(T)); });
+    operation op = detail::start_access::make(*conn_);
+    detail::start_access::of(*conn_).start_send(op, &v, sizeof(T));
+    return op;
   }
   //! Sends values as one message; more than message_size() bytes fails
   //! with errc::limit_exceeded, none with errc::invalid_argument.
   [[nodiscard]] operation send(std::span<const T> v) noexcept {
-    return operation(operation::start_tag{}, *conn_,
-                     [&](operation& op) { conn_->start_send(op, v.data(), v.size_bytes()); });
+    operation op = detail::start_access::make(*conn_);
+    detail::start_access::of(*conn_).start_send(op, v.data(), v.size_bytes());
+    return op;
   }
   //! Receives the next message, which must be one T (else errc::limit_exceeded).
   [[nodiscard]] receive_operation<T> receive() noexcept { return receive_operation<T>(*conn_); }
   //! Receives the next message into dst; byte_count() / sizeof(T) elements
   //! arrived. A message larger than dst fails with errc::limit_exceeded (and is dropped).
   [[nodiscard]] operation receive(std::span<T> dst) noexcept {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
-      const std::size_t cap = dst.size_bytes() > UINT32_MAX ? UINT32_MAX : dst.size_bytes();
-      conn_->start_receive(op, dst.data(), static_cast<std::uint32_t>(cap), sizeof(T), false);
-    });
+    operation op = detail::start_access::make(*conn_);
+    const std::size_t cap = dst.size_bytes() > UINT32_MAX ? UINT32_MAX : dst.size_bytes();
+    detail::start_access::of(*conn_).start_receive(op, dst.data(), static_cast<std::uint32_t>(cap), sizeof(T), false);
+    return op;
   }
 
   //! Writes src into the peer's window at offset and delivers tag to the
@@ -96,23 +112,32 @@ public:
   requires(has(R, rights::write)) [[nodiscard]] operation
       notify(remote_window<U, R>& w, std::type_identity_t<local_span<const U>> src, std::size_t offset,
              std::uint32_t tag) noexcept {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
-      if (&w.conn() != conn_) return conn_->fail_now(op, make_error_code(errc::invalid_argument));
-      if (std::error_code ec = w.check(offset, src.size())) return conn_->fail_now(op, ec);
-      if (src.size_bytes() > UINT32_MAX) return conn_->fail_now(op, make_error_code(errc::limit_exceeded));
-      conn_->start_notify(op, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(),
-                          w.descriptor().memory.addr + offset * sizeof(U), w.descriptor().memory.rkey,
-                          static_cast<std::uint32_t>(src.size_bytes()), tag);
-    });
+    operation op = detail::start_access::make(*conn_);
+    detail::engine& e = detail::start_access::of(*conn_);
+    if (&w.conn() != conn_) {
+      e.fail_now(op, make_error_code(errc::invalid_argument));
+    } else if (std::error_code ec = w.check(offset, src.size())) {
+      e.fail_now(op, ec);
+    } else if (src.size_bytes() > UINT32_MAX) {
+      e.fail_now(op, make_error_code(errc::limit_exceeded));
+    } else {
+      e.start_notify(op, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(),
+                     w.descriptor().memory.addr + offset * sizeof(U), w.descriptor().memory.rkey,
+                     static_cast<std::uint32_t>(src.size_bytes()), tag);
+    }
+    return op;
   }
   //! A bare tag: no data (byte count 0 at the peer).
   [[nodiscard]] operation notify(std::uint32_t tag) noexcept {
-    return operation(operation::start_tag{}, *conn_,
-                     [&](operation& op) { conn_->start_notify(op, 0, 0, 0, 0, 0, tag); });
+    operation op = detail::start_access::make(*conn_);
+    detail::start_access::of(*conn_).start_notify(op, 0, 0, 0, 0, 0, tag);
+    return op;
   }
   //! The next notification: tag() and byte_count() once done.
   [[nodiscard]] operation next_notification() noexcept {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) { conn_->start_notification(op); });
+    operation op = detail::start_access::make(*conn_);
+    detail::start_access::of(*conn_).start_notification(op);
+    return op;
   }
 
   //! Messages this side may send before the peer returns credits.

@@ -199,32 +199,26 @@ public:
   //! Writes src to elements [offset, offset + src.size()) of the window.
   [[nodiscard]] operation write(local_span<const T> src, std::size_t offset) noexcept
       requires(has(R, rights::write)) {
-    return rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(), offset,
+    return rdma(detail::op_kind::write, reinterpret_cast<std::uint64_t>(src.data()), src.lkey(), offset,
                 src.size());
   }
   //! Reads elements [offset, offset + dst.size()) of the window into dst.
   [[nodiscard]] operation read(local_span<T> dst, std::size_t offset) noexcept
       requires(has(R, rights::read) && !std::is_const_v<T>) {
-    return rdma(IBV_WR_RDMA_READ, reinterpret_cast<std::uint64_t>(dst.data()), dst.lkey(), offset,
+    return rdma(detail::op_kind::read, reinterpret_cast<std::uint64_t>(dst.data()), dst.lkey(), offset,
                 dst.size());
   }
   //! Atomically adds add to element index; old_value() is its previous value.
   [[nodiscard]] operation fetch_add(std::size_t index, std::uint64_t add) noexcept
       requires(has(R, rights::atomic) && sizeof(T) == 8) {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
-      if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
-      conn_->start_atomic(op, false, d_.memory.addr + index * 8, d_.memory.rkey, add, 0);
-    });
+    return atomic(false, index, add, 0);
   }
   //! Atomically sets element index to desired if it equals expected;
   //! old_value() is its previous value (equal to expected when it swapped).
   [[nodiscard]] operation compare_swap(std::size_t index, std::uint64_t expected,
                                        std::uint64_t desired) noexcept
       requires(has(R, rights::atomic) && sizeof(T) == 8) {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
-      if (std::error_code ec = check(index, 1)) return conn_->fail_now(op, ec);
-      conn_->start_atomic(op, true, d_.memory.addr + index * 8, d_.memory.rkey, expected, desired);
-    });
+    return atomic(true, index, expected, desired);
   }
 
   //! For tests of the NIC's own checks only: a window that believes it has
@@ -237,13 +231,26 @@ public:
   }
 
 private:
-  [[nodiscard]] operation rdma(ibv_wr_opcode opcode, std::uint64_t laddr, std::uint32_t lkey,
-                               std::size_t offset, std::size_t count) noexcept {
-    return operation(operation::start_tag{}, *conn_, [&](operation& op) {
-      if (std::error_code ec = check(offset, count)) return conn_->fail_now(op, ec);
-      conn_->start_rdma(op, opcode, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
-                        count * sizeof(T));
-    });
+  [[nodiscard]] operation rdma(detail::op_kind kind, std::uint64_t laddr, std::uint32_t lkey, std::size_t offset,
+                               std::size_t count) noexcept {
+    operation op = detail::start_access::make(*conn_);
+    detail::engine& e = detail::start_access::of(*conn_);
+    if (std::error_code ec = check(offset, count)) {
+      e.fail_now(op, ec);
+    } else {
+      e.start_rdma(op, kind, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey, count * sizeof(T));
+    }
+    return op;
+  }
+  [[nodiscard]] operation atomic(bool cas, std::size_t index, std::uint64_t a, std::uint64_t b) noexcept {
+    operation op = detail::start_access::make(*conn_);
+    detail::engine& e = detail::start_access::of(*conn_);
+    if (std::error_code ec = check(index, 1)) {
+      e.fail_now(op, ec);
+    } else {
+      e.start_atomic(op, cas, d_.memory.addr + index * 8, d_.memory.rkey, a, b);
+    }
+    return op;
   }
 
   connection* conn_;

@@ -1,0 +1,217 @@
+// rdx::detail: how a connection posts operations. An operation that finds
+// everything it needs (send-queue room, a flow-control credit, a staging
+// buffer, an atomic result slot) is posted at once; otherwise it is deferred,
+// in order, and posted by a later progress() when the room or the credit
+// comes, so nothing spins and a coroutine simply stays suspended. Once one
+// operation is deferred, later ones queue behind it: operations reach the
+// NIC in the order they were started. Included by detail/engine.hpp.
+#pragma once
+
+#include <rdx/channel/detail/engine.hpp>
+
+namespace rdx::detail {
+
+inline void engine::fail_now(operation& op, std::error_code ec) noexcept {
+  op.ec_ = ec;
+  op.pending_ = 0;
+  op.done_ = true;
+}
+
+inline bool engine::usable(operation& op) noexcept {
+  if (failed_) {
+    fail_now(op, make_error_code(closing_ ? errc::operation_aborted : errc::operation_failed));
+    return false;
+  }
+  if (!connected_) {
+    fail_now(op, make_error_code(errc::not_ready));
+    return false;
+  }
+  return true;
+}
+
+inline void engine::defer(operation& op) noexcept {
+  deferred_.push(op);
+  // Room comes back with completions: the last posted request must make one.
+  cover_all();
+}
+
+// A staging buffer for a send. When all are in flight, the oldest come back
+// with the NIC's acknowledgements (never with the peer application's
+// progress), so this waits for the NIC, bounded by the retry budget; when
+// deferred sends hold them all, there is nothing to wait for.
+inline bool engine::take_staging(std::uint32_t& slot) noexcept {
+  if (free_staging_.empty() && sqs_[0].outstanding() != 0) {
+    const auto deadline = std::chrono::steady_clock::now() + detection_bound();
+    (void)sqs_[0].cover();
+    for (unsigned spins = 0; free_staging_.empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
+      poll_once();
+      if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) break;
+    }
+  }
+  if (free_staging_.empty()) return false;
+  slot = free_staging_.pop();
+  return true;
+}
+
+inline void engine::start_rdma(operation& op, op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
+                               std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes) noexcept {
+  thread_check::scope guard(thread_, "starting a window operation");
+  op.kind_ = kind;
+  if (!usable(op)) return;
+  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
+  op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey};
+  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+}
+
+inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey,
+                                 std::uint64_t a, std::uint64_t b) noexcept {
+  thread_check::scope guard(thread_, "starting an atomic");
+  op.kind_ = cas ? op_kind::compare_swap : op_kind::fetch_add;
+  if (!usable(op)) return;
+  op.p_ = op_params{.raddr = raddr, .length = 8, .a = a, .b = b, .rkey = rkey};
+  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+}
+
+inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
+  thread_check::scope guard(thread_, "sending");
+  op.kind_ = op_kind::send;
+  if (!usable(op)) return;
+  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
+  if (bytes > attr_.message_size) return fail_now(op, make_error_code(errc::limit_exceeded));
+  op.p_ = op_params{.length = bytes};
+  send_queue& q = sqs_[0];
+  const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
+  if (now && bytes <= q.qp().max_inline_data()) {
+    // Inline: the payload is copied into the work request at post time.
+    send_wr w = wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
+                             ring_.piggyback());
+    if (std::error_code ec = q.post(w, &op, rec_op)) return fail_now(op, ec);
+    ring_.count_sent();
+    op.pending_ = 1;
+    return;
+  }
+  // Otherwise the payload goes to a staging buffer now, so the caller's
+  // memory is free once send() returns, posted now or later.
+  std::uint32_t slot = 0;
+  if (!take_staging(slot)) return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
+  std::memcpy(staging_.data() + std::size_t{slot} * attr_.message_size, data, bytes);
+  op.p_.slot = slot;
+  if (!now || post_some(op) == post_result::blocked) defer(op);
+}
+
+inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
+                                 std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept {
+  thread_check::scope guard(thread_, "notifying");
+  op.kind_ = op_kind::notify;
+  if (!usable(op)) return;
+  op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
+  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+}
+
+inline void engine::start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
+                                  bool exact) noexcept {
+  thread_check::scope guard(thread_, "receiving");
+  op.kind_ = op_kind::receive;
+  op.dst_ = static_cast<std::byte*>(dst);
+  op.dst_capacity_ = capacity;
+  op.elem_size_ = elem_size == 0 ? 1 : elem_size;
+  op.exact_ = exact;
+  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  receives_.push(op);
+  deliver();
+}
+
+inline void engine::start_notification(operation& op) noexcept {
+  thread_check::scope guard(thread_, "waiting for a notification");
+  op.kind_ = op_kind::notification;
+  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  notifications_.push(op);
+  deliver();
+}
+
+// Posts what it can of op. all: everything posted (or it failed at once);
+// blocked: it waits for room, a credit or a slot.
+inline engine::post_result engine::post_some(operation& op) noexcept {
+  op_params& p = op.p_;
+  send_queue& q0 = sqs_[0];
+  std::error_code ec;
+  switch (op.kind_) {
+    case op_kind::write:
+    case op_kind::read: {
+      const std::uint64_t chunk = attr_.chunk_size;
+      while (p.posted < p.length) {
+        const std::uint64_t len = std::min(p.length - p.posted, chunk - (p.raddr + p.posted) % chunk);
+        send_queue& q = sqs_[sqs_.size() == 1 ? 0 : rr_ % sqs_.size()];
+        if (!q.has_room()) return post_result::blocked;
+        const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
+        const remote_ptr at{p.raddr + p.posted, p.rkey};
+        send_wr w = op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
+        if ((ec = q.post(w, &op, rec_op))) break;
+        ++rr_;
+        ++op.pending_;
+        p.posted += len;
+      }
+      break;
+    }
+    case op_kind::fetch_add:
+    case op_kind::compare_swap: {
+      if (free_atomics_.empty() || !q0.has_room()) return post_result::blocked;
+      const std::uint32_t slot = free_atomics_.pop();
+      const ibv_sge sge = atomics_.sge(slot, 1);
+      const remote_ptr at{p.raddr, p.rkey};
+      send_wr w = op.kind_ == op_kind::compare_swap ? wr::compare_swap(sge, at, p.a, p.b) : wr::fetch_add(sge, at, p.a);
+      if ((ec = q0.post(w, &op, rec_atomic, slot))) {
+        free_atomics_.push(slot);
+      } else {
+        op.pending_ = 1;
+      }
+      break;
+    }
+    case op_kind::send: {
+      if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
+      const ibv_sge sge = staging_.sge(std::size_t{p.slot} * attr_.message_size, static_cast<std::uint32_t>(p.length));
+      send_wr w = wr::send_imm(sge, ring_.piggyback());
+      if ((ec = q0.post(w, &op, rec_staged, p.slot))) break;
+      p.slot = no_slot;  // the record holds it now
+      ring_.count_sent();
+      op.pending_ = 1;
+      break;
+    }
+    case op_kind::notify: {
+      if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
+      const remote_ptr at{p.raddr, p.rkey};
+      const ibv_sge sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
+      send_wr w = p.length == 0 ? wr::write_imm(std::span<const ibv_sge>{}, at, p.tag) : wr::write_imm(sge, at, p.tag);
+      if ((ec = q0.post(w, &op, rec_op))) break;
+      ring_.count_sent();
+      op.pending_ = 1;
+      break;
+    }
+    default: break;
+  }
+  if (ec) {
+    // What was posted finishes on its own; the rest fails here.
+    if (p.slot != no_slot) free_staging_.push(std::exchange(p.slot, no_slot));
+    if (!op.ec_) op.ec_ = ec;
+    if (op.pending_ == 0) op.done_ = true;
+    return post_result::failed;
+  }
+  return post_result::all;
+}
+
+// Posts deferred operations, oldest first, while they fit.
+inline void engine::pump() noexcept {
+  if (failed_) return;
+  if (!ring_.peer_count_valid()) return fail(make_error_code(errc::protocol_error));
+  while (!deferred_.empty()) {
+    operation& op = *deferred_.front();
+    if (post_some(op) == post_result::blocked) {
+      cover_all();
+      return;
+    }
+    deferred_.erase(op);
+    if (op.pending_ == 0) complete(op);
+  }
+}
+
+}  // namespace rdx::detail

@@ -1,0 +1,165 @@
+// rdx: the send-queue engine of one queue pair: selective signaling, send-queue
+// credit accounting and in-order retirement of unsignaled requests. It never
+// lets the send queue overflow, and it makes sure the last posted request
+// produces a completion whenever someone is about to wait (cover()).
+//
+// Usable on its own over any RC queue pair whose send completions the caller
+// polls (connection uses one per queue pair): post() through it, hand every
+// completion of that queue pair's send queue to retire(), and each posted
+// request comes back exactly once, in posting order, with its status.
+#pragma once
+
+#include <rdx/error.hpp>
+#include <rdx/verbs/completion.hpp>
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/work_request.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+
+namespace rdx {
+
+//! What send_queue records per posted request and hands back at retirement.
+struct sq_record {
+  void* owner = nullptr;   //!< the caller's (an operation); nullptr once detached
+  std::uint64_t seq = 0;   //!< posting sequence number (also the wr_id's low bits)
+  std::uint32_t aux = 0;   //!< the caller's (a staging or result slot)
+  std::uint8_t kind = 0;   //!< the caller's; 0 is the engine's own cover request
+  bool signaled = false;
+};
+
+//! Selective signaling over one queue pair. Not thread-safe: one thread
+//! posts and retires (the connection's rule).
+class send_queue {
+public:
+  //! wr_ids posted through a send_queue have this bit set (receives, which
+  //! the caller posts itself, can use wr_ids without it).
+  static constexpr std::uint64_t wr_id_tag = std::uint64_t{1} << 63;
+
+  //! @param depth the queue pair's max_send_wr
+  //! @param signal_interval at most this many requests per signaled one (1..depth-1)
+  //! @throws rdx::error (errc::invalid_argument) for a depth under 2 or an interval out of range
+  send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
+      : qp_(&qp), ring_(std::make_unique<sq_record[]>(depth)), cap_(depth), interval_(signal_interval) {
+    if (depth < 2 || signal_interval < 1 || signal_interval >= depth) {
+      detail::throw_rdx(errc::invalid_argument, "send_queue: depth " + std::to_string(depth) +
+                                                    " and signal_interval " + std::to_string(signal_interval) +
+                                                    ": need depth >= 2 and 1 <= signal_interval < depth");
+    }
+  }
+
+  [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
+  [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num(); }
+  //! Requests posted and not yet retired (never above depth).
+  [[nodiscard]] std::uint32_t outstanding() const noexcept { return static_cast<std::uint32_t>(tail_ - head_); }
+  //! Room for n more requests of the caller; one entry stays free for cover().
+  [[nodiscard]] bool has_room(std::uint32_t n = 1) const noexcept { return tail_ - head_ + n + 1 <= cap_; }
+  //! True when the last posted request will produce a completion.
+  [[nodiscard]] bool covered() const noexcept { return covered_ == tail_; }
+  [[nodiscard]] std::uint64_t posted_count() const noexcept { return posted_; }
+  [[nodiscard]] std::uint64_t signaled_count() const noexcept { return signaled_; }
+
+  //! Posts w, signaled when the queue was idle or every signal_interval
+  //! requests, and records it for retirement. The caller checked has_room().
+  //! @return the provider's error (nothing recorded then).
+  [[nodiscard]] std::error_code post(send_wr& w, void* owner, std::uint8_t kind, std::uint32_t aux = 0) noexcept {
+    const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
+    return record(w, owner, kind, aux, sig);
+  }
+
+  //! Makes the last posted request produce a completion: posts a signaled
+  //! zero-length RDMA write (it needs no address or key) when it does not.
+  //! @return false when that post failed.
+  bool cover() noexcept {
+    if (covered_ == tail_ || tail_ - head_ >= cap_) return true;  // full: its last entry is signaled
+    send_wr w = wr::write(std::span<const ibv_sge>{}, remote_ptr{0, 0});
+    return !record(w, nullptr, 0, 0, true);
+  }
+
+  //! Posts a signaled zero-length RDMA write even when covered (a liveness
+  //! probe: it fails with retry exceeded when the peer is gone).
+  bool probe() noexcept {
+    if (tail_ - head_ >= cap_) return false;
+    send_wr w = wr::write(std::span<const ibv_sge>{}, remote_ptr{0, 0});
+    return !record(w, nullptr, 0, 0, true);
+  }
+
+  //! A completion of this queue pair's send queue: retires what it covers and
+  //! calls f(record, status) for each, in posting order. Success retires the
+  //! signaled request and every unsignaled one before it. An error names the
+  //! request that failed; the ones before it succeeded, unless the queue had
+  //! already failed (failed_before), when they were flushed.
+  template <class F>
+  void retire(const completion& c, bool failed_before, F&& f) noexcept {
+    if (c.ok()) {
+      while (head_ != tail_) {
+        const sq_record r = ring_[head_ % cap_];
+        ++head_;
+        f(r, std::error_code{});
+        if (r.signaled) break;
+      }
+      return;
+    }
+    const std::uint64_t seq = c.wr_id() & ~wr_id_tag;
+    if (seq < head_ || seq >= tail_) return;  // not ours, or retired already
+    while (head_ <= seq) {
+      const sq_record r = ring_[head_ % cap_];
+      ++head_;
+      f(r, r.seq == seq        ? c.error()
+           : failed_before     ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
+                               : std::error_code{});
+    }
+  }
+
+  //! Retires every outstanding request with ec (after the queue pair was
+  //! destroyed or when its completions can no longer come).
+  template <class F>
+  void retire_all(std::error_code ec, F&& f) noexcept {
+    while (head_ != tail_) {
+      const sq_record r = ring_[head_ % cap_];
+      ++head_;
+      f(r, ec);
+    }
+    covered_ = tail_;
+  }
+
+  //! Visits the outstanding records (to detach an owner, say).
+  template <class F>
+  void for_each_outstanding(F&& f) noexcept {
+    for (std::uint64_t s = head_; s != tail_; ++s) f(ring_[s % cap_]);
+  }
+
+private:
+  [[nodiscard]] std::error_code record(send_wr& w, void* owner, std::uint8_t kind, std::uint32_t aux,
+                                       bool sig) noexcept {
+    w.id(wr_id_tag | tail_);
+    w.signaled(sig);
+    if (std::error_code ec = qp_->post_send(w)) return ec;
+    ring_[tail_ % cap_] = sq_record{owner, tail_, aux, kind, sig};
+    ++tail_;
+    ++posted_;
+    if (sig) {
+      since_signal_ = 0;
+      covered_ = tail_;
+      ++signaled_;
+    } else {
+      ++since_signal_;
+    }
+    return {};
+  }
+
+  queue_pair* qp_;
+  std::unique_ptr<sq_record[]> ring_;
+  std::uint64_t cap_;
+  std::uint32_t interval_;
+  std::uint32_t since_signal_ = 0;
+  std::uint64_t head_ = 0;     // next record to retire
+  std::uint64_t tail_ = 0;     // next record to post
+  std::uint64_t covered_ = 0;  // tail_ right after the last signaled post
+  std::uint64_t posted_ = 0, signaled_ = 0;
+};
+
+}  // namespace rdx
