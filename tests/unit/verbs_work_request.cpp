@@ -152,7 +152,7 @@ TEST_CASE("queue sizes above the device limits are refused, naming field, value 
 TEST_CASE("connect settings are checked: timeout 0 is refused") {
   rdx::connect_options o;
   CHECK(o.timeout == 14);
-  CHECK(o.retry_cnt == 7);
+  CHECK(o.retry_cnt == 6);
   CHECK(o.rnr_retry == 7);
   CHECK(o.min_rnr_timer == 12);
   CHECK_NOTHROW(rdx::detail::check_connect_options(o));

@@ -54,7 +54,8 @@ public:
   [[nodiscard]] connection_info local_info() const { return engine::local_info(); }
   //! Connects every queue pair to the peer's. rnr_retry 7 (infinite) is
   //! lowered to 6: credits keep a connection from ever meeting
-  //! receiver-not-ready unless the peer is broken, and that must end.
+  //! receiver-not-ready unless the peer is broken, and that must end;
+  //! retry_cnt 7 is lowered to 6 too (Soft-RoCE retries forever at 7).
   //! @throws rdx::error when the peer's settings differ from ours (queue
   //! pairs, recv_depth, message_size) or a transition fails.
   void connect(const connection_info& peer, const connect_options& opt = {}) { engine::connect(peer, opt); }

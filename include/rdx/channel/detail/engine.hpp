@@ -280,8 +280,11 @@ inline void engine::connect(const connection_info& peer, const connect_options& 
   if (peer.credit_word.length < 8 || peer.credit_word.addr % 8 != 0) {
     throw_rdx(errc::invalid_argument, "connection::connect: the peer's credit word is not 8 aligned bytes");
   }
+  // 7 means "retry forever" for rnr_retry (IBTA) and, in Soft-RoCE, for
+  // retry_cnt too: a connection's waits must end, so both become 6.
   connect_options o = opt;
   if (o.rnr_retry == 7) o.rnr_retry = 6;
+  if (o.retry_cnt == 7) o.retry_cnt = 6;
   for (std::size_t i = 0; i < qps_.size(); ++i) qps_[i].connect(peer.endpoints[i], o);
   peer_credit_ = peer.credit_word;
   opt_ = o;
@@ -496,7 +499,7 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
     idle_clock_ = true;
     idle_since_ = now;
   } else if (now - idle_since_ >= attr_.keepalive) {
-    sqs_[0].probe();
+    (void)sqs_[0].probe();
     idle_since_ = now;
   }
 }
