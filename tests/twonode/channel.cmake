@@ -35,3 +35,16 @@ if(RDX_BUILD_EXAMPLES)
   add_test(NAME channel_kv_window_help COMMAND ${_kv} --help)
   set_tests_properties(channel_kv_window_help PROPERTIES LABELS unit)
 endif()
+
+# Dead peers (docs/design.md, "Dead peers"): the victim's process is killed
+# mid-transfer, or its link goes down with only receives pending; the
+# survivor checks that every pending operation ends with an error, once,
+# within connection::detection_bound().
+add_executable(dead_peer ${CMAKE_CURRENT_LIST_DIR}/dead_peer.cpp)
+target_link_libraries(dead_peer PRIVATE rdx::rdx rdx_warnings)
+rdx_add_twonode_test(NAME dead_peer_kill_twonode TIMEOUT 300
+  NODE0 $<TARGET_FILE:dead_peer> --kill
+  NODE1 $<TARGET_FILE:dead_peer> --kill)
+rdx_add_twonode_test(NAME dead_peer_link_twonode TIMEOUT 300
+  NODE0 $<TARGET_FILE:dead_peer> --link
+  NODE1 $<TARGET_FILE:dead_peer> --link)
