@@ -209,12 +209,35 @@ run_tests() {
   ctest --preset "$PRESET" --show-only=json-v1 >"$list"
   ctest --preset "$PRESET" -j "$JOBS" --output-junit "$junit" || rc=$?
   phase_done tests
-  summarize "$list" "$junit" || rc=1
+  summarize "$list" "$junit" "rdx test summary (preset $PRESET)" || rc=1
+  run_sanitizer_tests || rc=1
+  return "$rc"
+}
+
+# The rdma and twonode tests again under AddressSanitizer and
+# UndefinedBehaviorSanitizer, and the threading test under ThreadSanitizer.
+run_sanitizer_tests() {
+  local rc=0 b="$ROOT/build/asan-ubsan" t="$ROOT/build/tsan"
+  log "sanitizers: rdma and twonode tests (preset asan-ubsan), threading test (preset tsan)"
+  cd "$ROOT"
+  { cmake --preset asan-ubsan && cmake --build --preset asan-ubsan -j "$JOBS"; } >"$b.build.log" 2>&1 ||
+    { tail -n 60 "$b.build.log" >&2; echo "asan-ubsan build failed; full log: $b.build.log" >&2; return 1; }
+  phase_done asan-build
+  ctest --preset asan-ubsan -L 'rdma|twonode' --show-only=json-v1 >"$b/ctest-tests.json"
+  ctest --preset asan-ubsan -L 'rdma|twonode' -j "$JOBS" --output-junit "$b/ctest-junit.xml" || rc=$?
+  phase_done asan-tests
+  summarize "$b/ctest-tests.json" "$b/ctest-junit.xml" "rdx test summary (preset asan-ubsan, rdma and twonode)" || rc=1
+  { cmake --preset tsan && cmake --build --preset tsan --target channel_threads -j "$JOBS"; } >"$t.build.log" 2>&1 ||
+    { tail -n 60 "$t.build.log" >&2; echo "tsan build failed; full log: $t.build.log" >&2; return 1; }
+  ctest --preset tsan -R '^threads_loopback$' --show-only=json-v1 >"$t/ctest-tests.json"
+  ctest --preset tsan -R '^threads_loopback$' --output-junit "$t/ctest-junit.xml" || rc=$?
+  summarize "$t/ctest-tests.json" "$t/ctest-junit.xml" "rdx test summary (preset tsan, threads)" || rc=1
+  phase_done tsan
   return "$rc"
 }
 
 summarize() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "${3:-rdx test summary}" <<'PY'
 import json, sys, xml.etree.ElementTree as ET
 
 tests = json.load(open(sys.argv[1]))["tests"]
@@ -249,7 +272,7 @@ total = len(skipped) + len(failed)
 n = sum(1 for _ in ET.parse(sys.argv[2]).getroot().iter("testcase"))
 passed = n - total
 print()
-print("rdx test summary")
+print(sys.argv[3] if len(sys.argv) > 3 else "rdx test summary")
 print(f"  {'label':<10} {'passed':>7} {'skipped':>8} {'failed':>7}")
 order = ["unit", "rdma", "twonode", "cuda"]
 for l in order + sorted(k for k in rows if k not in order):

@@ -18,6 +18,7 @@
 #include <rdx/verbs/post.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/queue_pair_attr.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
 

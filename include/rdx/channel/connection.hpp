@@ -87,7 +87,7 @@ public:
   [[nodiscard]] std::error_code failure_reason() const noexcept { return failure_; }
   //! The longest time from a peer's death (process killed, link down) to the
   //! error of every pending operation, from the queue-pair timeouts given to
-  //! connect() and the keepalive: keepalive + (retry_cnt + 1) x 4 x
+  //! connect() and the keepalive: 1.25 x keepalive + (retry_cnt + 1) x 4 x
   //! 4.096 us x 2^timeout (IBTA lets a NIC wait up to 4 times the timeout).
   [[nodiscard]] std::chrono::milliseconds detection_bound() const noexcept { return engine::detection_bound(); }
 

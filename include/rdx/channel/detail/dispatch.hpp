@@ -1,0 +1,172 @@
+// rdx::detail: what a connection does with each completion: send-queue
+// retirement, message and notification delivery with credit return, the
+// ready list, deadlines, stop requests and the liveness probe, and the
+// first failure. Included by detail/engine.hpp.
+#pragma once
+
+#include <rdx/channel/detail/engine.hpp>
+
+namespace rdx::detail {
+
+inline void engine::dispatch(const completion& c) noexcept {
+  if ((c.wr_id() & send_queue::wr_id_tag) != 0) {
+    for (auto& q : sqs_) {
+      if (q.qp_num() != c.qp_num()) continue;
+      const bool was_failed = failed_;
+      q.retire(c, was_failed, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
+      if (!c.ok() && !was_failed) fail(c.error());
+      return;
+    }
+    return;
+  }
+  if (!ring_.owns(c.wr_id())) return;
+  if (ring_.arrived(c) == message_ring::arrival::failed) {
+    if (!failed_) fail(c.error());
+    return;
+  }
+  if (!ring_.peer_count_valid()) return fail(make_error_code(errc::protocol_error));
+  deliver();
+}
+
+inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
+  auto* op = static_cast<operation*>(r.owner);
+  if (r.kind == rec_staged) free_staging_.push(r.aux);
+  if (r.kind == rec_atomic) {
+    if (op != nullptr && !ec) op->value_ = atomics_[r.aux];
+    free_atomics_.push(r.aux);
+  }
+  if (op != nullptr) finish_part(*op, closing_ ? make_error_code(errc::operation_aborted) : ec);
+}
+
+inline void engine::finish_part(operation& op, std::error_code ec) noexcept {
+  if (ec && !op.ec_) op.ec_ = ec;
+  if (op.pending_ > 0) --op.pending_;
+  if (op.pending_ == 0 && op.list_ != op_list::deferred) complete(op);
+}
+
+inline void engine::complete(operation& op) noexcept {
+  op.done_ = true;
+  if (closing_) {
+    op.waiter_ = {};
+    return;
+  }
+  if (op.waiter_) ready_.push(op);
+}
+
+inline void engine::resume_ready() noexcept {
+  // Each is taken off the list first: a coroutine that polls again (nested)
+  // keeps the order, and one that destroys a sibling takes it off the list.
+  while (!closing_ && !ready_.empty()) {
+    operation* op = ready_.pop();
+    std::coroutine_handle<> h = std::exchange(op->waiter_, {});
+    if (h) h.resume();  // op may be gone after this
+  }
+}
+
+// Hands queued messages and notifications to waiting receives, in order.
+inline void engine::deliver() noexcept {
+  while (!receives_.empty() && ring_.messages_waiting() > 0) {
+    operation& op = *receives_.pop();
+    const std::uint32_t i = ring_.take_message();
+    const std::uint32_t n = ring_.entry(i).bytes;
+    op.bytes_ = n;
+    if (n > op.dst_capacity_ || n % op.elem_size_ != 0 || (op.exact_ && n != op.dst_capacity_)) {
+      op.ec_ = make_error_code(errc::limit_exceeded);
+    } else {
+      std::memcpy(op.dst_, ring_.data(i), n);
+    }
+    consume(i);
+    complete(op);
+  }
+  while (!notifications_.empty() && ring_.notifications_waiting() > 0) {
+    operation& op = *notifications_.pop();
+    const std::uint32_t i = ring_.take_notification();
+    op.bytes_ = ring_.entry(i).bytes;
+    op.value_ = ring_.entry(i).imm;
+    consume(i);
+    complete(op);
+  }
+  if (failed_) {
+    // Nothing more will arrive: waiting receives end with the failure.
+    while (!receives_.empty()) {
+      operation& op = *receives_.pop();
+      op.ec_ = failure_;
+      complete(op);
+    }
+    while (!notifications_.empty()) {
+      operation& op = *notifications_.pop();
+      op.ec_ = failure_;
+      complete(op);
+    }
+  }
+}
+
+// Reposts a taken buffer and counts it; credits go back piggybacked on the
+// next message, or by an RDMA write of the count once a quarter is owed.
+inline void engine::consume(std::uint32_t i) noexcept {
+  if (failed_) return;
+  if (std::error_code ec = ring_.post(qps_[0], i)) return fail(ec);
+  ring_.count_consumed();
+  if (ring_.report_due() && connected_) report_credits();
+}
+
+inline void engine::report_credits() noexcept {
+  send_queue& q = sqs_[0];
+  if (!q.has_room()) return;  // no room now; progress() tries again
+  send_wr w = ring_.credit_report(peer_credit_);
+  if (!q.post(w, nullptr, rec_credit)) ring_.reported();
+}
+
+// Deadlines, stop requests and the liveness probe; now is empty when only
+// stop requests are to be looked at.
+inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noexcept {
+  stops_seen_ = stop_requests_.load(std::memory_order_acquire);
+  for (bounded_awaiter_base* a = bounded_; a != nullptr;) {
+    bounded_awaiter_base* next = a->next_;
+    operation& op = *a->op_;
+    if (!op.done_) {
+      if (a->stop_requested_.load(std::memory_order_acquire)) {
+        end_now(op, make_error_code(errc::operation_canceled));
+      } else if (now != std::chrono::steady_clock::time_point{} && a->deadline_ <= now) {
+        end_now(op, make_error_code(errc::timed_out));
+      }
+    }
+    a = next;
+  }
+  if (now == std::chrono::steady_clock::time_point{} || attr_.keepalive.count() == 0) return;
+  // Liveness: receives (or deferred sends) wait and nothing is in flight
+  // that would notice a dead peer by itself.
+  if (!connected_ || failed_ || !something_waits() || sqs_[0].outstanding() != 0) {
+    idle_clock_ = false;
+    return;
+  }
+  if (!idle_clock_) {
+    idle_clock_ = true;
+    idle_since_ = now;
+  } else if (now - idle_since_ >= attr_.keepalive) {
+    (void)sqs_[0].probe();
+    idle_since_ = now;
+  }
+}
+
+// The first failure: every queue pair goes to error so that all posted work
+// flushes; deferred operations end now, waiting receives once nothing is left.
+inline void engine::fail(std::error_code ec) noexcept {
+  if (failed_) return;
+  failed_ = true;
+  failure_ = ec;
+  for (auto& q : qps_) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
+  }
+  while (!deferred_.empty()) {
+    operation& op = *deferred_.pop();
+    if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+    if (!op.ec_) op.ec_ = ec;
+    if (op.pending_ == 0) complete(op);
+  }
+  deliver();
+}
+
+}  // namespace rdx::detail

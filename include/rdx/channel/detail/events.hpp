@@ -1,0 +1,53 @@
+// rdx::detail: event mode: arming the completion queue, taking its events,
+// and sleeping on the completion channel and the stop eventfd, never past
+// the next deadline or keepalive. Included by detail/engine.hpp.
+#pragma once
+
+#include <rdx/channel/detail/engine.hpp>
+
+namespace rdx::detail {
+
+// --- event mode ---------------------------------------------------------------------
+
+inline std::error_code engine::arm() noexcept {
+  if (!channel_) return make_error_code(errc::not_ready);
+  cover_all();
+  return cq_.arm();
+}
+
+inline void engine::ack_event() noexcept {
+  if (!channel_) return;
+  pollfd p{channel_->fd(), POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return;
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  if (::ibv_get_cq_event(channel_->native_handle(), &cq, &ctx) == 0) ::ibv_ack_cq_events(cq, 1);
+}
+
+inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noexcept {
+  if (!channel_) return make_error_code(errc::not_ready);
+  if (progress() > 0) return {};
+  if (std::error_code ec = arm()) return ec;
+  if (progress() > 0) return {};  // completions that came before arming raise no event
+  // Sleep no longer than the next deadline, the keepalive, or (while sends
+  // wait for credits, which arrive by RDMA write and raise no event) 1 ms.
+  auto now = std::chrono::steady_clock::now();
+  auto until = now + timeout;
+  for (bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) until = std::min(until, a->deadline_);
+  if (attr_.keepalive.count() > 0 && something_waits()) until = std::min(until, now + attr_.keepalive / 4);
+  if (!deferred_.empty()) until = std::min(until, now + std::chrono::milliseconds(1));
+  const int ms = static_cast<int>(std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
+  pollfd p[2] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  const int r = ::poll(p, 2, ms);
+  if (r > 0 && (p[1].revents & POLLIN) != 0) {
+    std::uint64_t v = 0;
+    (void)!::read(wake_fd_, &v, sizeof v);
+  }
+  if (r > 0 && (p[0].revents & POLLIN) != 0) ack_event();
+  housekeeping(std::chrono::steady_clock::now());
+  progress();
+  if (r < 0 && errno != EINTR) return {errno, std::generic_category()};
+  return r == 0 && std::chrono::steady_clock::now() >= now + timeout ? make_error_code(errc::timed_out) : std::error_code{};
+}
+
+}  // namespace rdx::detail

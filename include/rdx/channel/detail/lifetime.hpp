@@ -1,0 +1,122 @@
+// rdx::detail: how operations leave a connection (withdrawn, detached, ended
+// now, moved), bounded awaits, drain, and the connection's teardown: queue
+// pairs to error, drained (bounded), every operation ended once with
+// operation_aborted, no coroutine resumed, queue pairs destroyed before the
+// memory they used. docs/design.md, "Lifetimes" and "Teardown". Included by
+// detail/engine.hpp.
+#pragma once
+
+#include <rdx/channel/detail/engine.hpp>
+
+namespace rdx::detail {
+
+// --- lifetimes ----------------------------------------------------------------------
+
+inline void engine::forget(operation& op) noexcept {
+  thread_check::scope guard(thread_, "destroying or canceling an operation");
+  if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
+  if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+  if (op.pending_ != 0) {
+    for (auto& q : sqs_) {
+      q.for_each_outstanding([&](sq_record& r) {
+        if (r.owner == &op) r.owner = nullptr;
+      });
+    }
+    op.pending_ = 0;
+  }
+}
+
+inline void engine::end_now(operation& op, std::error_code ec) noexcept {
+  forget(op);
+  op.ec_ = ec;
+  complete(op);
+}
+
+inline void engine::relink(operation& from, operation& to) noexcept {
+  if (from.list_ != op_list::none) fifo_of(from.list_).replace(from, to);
+  if (from.pending_ != 0) {
+    for (auto& q : sqs_) {
+      q.for_each_outstanding([&](sq_record& r) {
+        if (r.owner == &from) r.owner = &to;
+      });
+    }
+  }
+  if (from.bounded_ != nullptr) from.bounded_->op_ = &to;
+}
+
+inline void engine::add_bounded(bounded_awaiter_base& a) noexcept {
+  a.prev_ = nullptr;
+  a.next_ = bounded_;
+  if (bounded_ != nullptr) bounded_->prev_ = &a;
+  bounded_ = &a;
+}
+
+inline void engine::remove_bounded(bounded_awaiter_base& a) noexcept {
+  if (a.prev_ != nullptr) {
+    a.prev_->next_ = a.next_;
+  } else if (bounded_ == &a) {
+    bounded_ = a.next_;
+  }
+  if (a.next_ != nullptr) a.next_->prev_ = a.prev_;
+  a.prev_ = a.next_ = nullptr;
+  a.conn_ = nullptr;
+}
+
+inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  cover_all();
+  for (unsigned spins = 0;; ++spins) {
+    bool busy = false;
+    for (const auto& q : sqs_) busy = busy || q.outstanding() != 0;
+    if (!busy) return {};
+    progress();
+    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) return make_error_code(errc::timed_out);
+  }
+}
+
+// Queue pairs to error, drained (bounded), every operation ended with
+// operation_aborted and no coroutine resumed; then the queue pairs go, and
+// after them (member order) the memory they used.
+inline void engine::shut_down() noexcept {
+  closing_ = true;
+  while (bounded_ != nullptr) {
+    bounded_awaiter_base& a = *bounded_;
+    a.callback_.reset();  // waits for a stop callback running on another thread
+    remove_bounded(a);
+  }
+  const std::error_code aborted = make_error_code(errc::operation_aborted);
+  for (op_fifo* f : {&deferred_, &receives_, &notifications_}) {
+    while (!f->empty()) {
+      operation& op = *f->pop();
+      if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+      op.ec_ = aborted;
+      if (op.pending_ == 0) complete(op);
+    }
+  }
+  failed_ = true;
+  if (!failure_) failure_ = aborted;
+  for (auto& q : qps_) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + attr_.drain_timeout;
+  for (unsigned spins = 0;; ++spins) {
+    bool busy = ring_.posted() != 0;
+    for (const auto& q : sqs_) busy = busy || q.outstanding() != 0;
+    if (!busy) break;
+    poll_once();
+    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) {
+      report_destroy_failure("connection: draining its queue pairs after error (drain_timeout)", ETIMEDOUT);
+      break;
+    }
+  }
+  for (auto& q : sqs_) q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
+  while (!ready_.empty()) ready_.pop()->waiter_ = {};
+  sqs_.clear();
+  qps_.clear();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+}  // namespace rdx::detail
