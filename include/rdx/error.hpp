@@ -14,18 +14,18 @@ namespace rdx {
 //! Library errors that are not an errno: bad arguments caught before the NIC.
 enum class errc {
   ok = 0,
-  invalid_argument,   //!< a value outside what the call accepts
-  out_of_range,       //!< an offset/length outside a window or buffer
-  limit_exceeded,     //!< a depth, size or count above a device limit
-  not_ready,          //!< object not in a state that allows the call
-  wire_format,        //!< a malformed, truncated or foreign wire message
-  timed_out,          //!< a wait or a bootstrap step passed its deadline
-  no_device,          //!< no RDMA device matched
-  unsupported,        //!< the device or kernel does not do this
-  operation_failed,   //!< an earlier failure stopped this operation
-  operation_aborted,  //!< the connection was closed or destroyed before the operation ended
-  operation_canceled, //!< cancel() or a stop request ended the operation
-  protocol_error,     //!< the peer sent an impossible value (a credit count, a header)
+  invalid_argument,    //!< a value outside what the call accepts
+  out_of_range,        //!< an offset/length outside a window or buffer
+  limit_exceeded,      //!< a depth, size or count above a device limit
+  not_ready,           //!< object not in a state that allows the call
+  wire_format,         //!< a malformed, truncated or foreign wire message
+  timed_out,           //!< a wait or a bootstrap step passed its deadline
+  no_device,           //!< no RDMA device matched
+  unsupported,         //!< the device or kernel does not do this
+  operation_failed,    //!< an earlier failure stopped this operation
+  operation_aborted,   //!< the connection was closed or destroyed before the operation ended
+  operation_canceled,  //!< cancel() or a stop request ended the operation
+  protocol_error,      //!< the peer sent an impossible value (a credit count, a header)
 };
 }  // namespace rdx
 
@@ -99,7 +99,9 @@ inline const std::error_category& wc_category() noexcept {
   return c;
 }
 
-inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), rdx_category()}; }
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), rdx_category()};
+}
 //! A work completion status as an error code (success maps to an empty code).
 inline std::error_code make_wc_error_code(ibv_wc_status s) noexcept {
   return s == IBV_WC_SUCCESS ? std::error_code{} : std::error_code{static_cast<int>(s), wc_category()};
@@ -122,7 +124,9 @@ namespace detail {
   }
   throw error(std::error_code(err, std::generic_category()), w);
 }
-[[noreturn]] inline void throw_rdx(errc e, std::string_view what) { throw error(e, std::string(what)); }
+[[noreturn]] inline void throw_rdx(errc e, std::string_view what) {
+  throw error(e, std::string(what));
+}
 
 //! Log hook for failures that cannot be thrown (destructors).
 using log_hook_t = void (*)(std::string_view message) noexcept;
@@ -136,7 +140,8 @@ inline log_hook_t& log_hook_ref() noexcept {
 //! Reports a failed destroy once, never throws.
 inline void report_destroy_failure(std::string_view verb, int err) noexcept {
   char buf[160];
-  int n = std::snprintf(buf, sizeof buf, "%.*s failed: errno %d", static_cast<int>(verb.size()), verb.data(), err);
+  int n = std::snprintf(buf, sizeof buf, "%.*s failed: errno %d", static_cast<int>(verb.size()), verb.data(),
+                        err);
   log_hook_ref()(std::string_view(buf, n > 0 ? static_cast<std::size_t>(n) : 0));
 }
 }  // namespace detail

@@ -3,14 +3,14 @@
 // deregistered) fails at the NIC; that operation reports the completion
 // status with its hint, every operation pending on the connection completes
 // with an error, none stays pending, and later operations fail at once.
-#include "channel_support.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
+
+#include "channel_support.hpp"
 
 using namespace std::chrono_literals;
 using channel_test::pair;
@@ -69,7 +69,8 @@ TEST_CASE("a write to a revoked grant fails with the NIC's status; the connectio
   pair p(rdx::connection_attr{.recv_depth = 4});
   std::optional<rdx::registered_buffer<std::uint64_t>> target;
   target.emplace(rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512));
-  rdx::remote_window<std::uint64_t, rights::write> w(p.a, rdx::grant<std::uint64_t, rights::write>(*target).descriptor());
+  rdx::remote_window<std::uint64_t, rights::write> w(
+      p.a, rdx::grant<std::uint64_t, rights::write>(*target).descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 512);
   auto first = w.write(src, 0);
   REQUIRE(first.wait(20s) == std::error_code{});

@@ -3,8 +3,6 @@
 // cancel_*, deadline_* and dead_peer_*; meant for the asan-ubsan preset,
 // where a resumed destroyed coroutine or a touched freed operation is a
 // sanitizer report.
-#include "channel_support.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -12,11 +10,16 @@
 #include <chrono>
 #include <coroutine>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "channel_support.hpp"
+#include "rdma_support.hpp"
 
 using namespace std::chrono_literals;
 using channel_test::task;
@@ -44,8 +47,8 @@ struct sides {
   rdx::context ctx = channel_test::open_device();
   rdx::protection_domain pd{ctx};
   std::unique_ptr<rdx::connection> a, b;
-  explicit sides(const rdx::connection_attr& attr = {.send_depth = 64, .signal_interval = 16, .recv_depth = 4,
-                                                     .message_size = 64}) {
+  explicit sides(const rdx::connection_attr& attr = {
+                     .send_depth = 64, .signal_interval = 16, .recv_depth = 4, .message_size = 64}) {
     a = std::make_unique<rdx::connection>(pd, attr);
     b = std::make_unique<rdx::connection>(pd, attr);
     rdx::connect_pair(*a, *b);
@@ -64,31 +67,31 @@ bool drive(sides& s, P pred, std::chrono::milliseconds timeout = 10s) {
   return true;
 }
 
-std::size_t count_rdma_resources(const char* kind) {
-  std::string cmd = std::string("rdma resource show ") + kind + " 2>/dev/null";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return 0;
-  std::size_t n = 0;
-  char line[512];
-  while (std::fgets(line, sizeof line, f) != nullptr) n += std::string(line).find("pid") != std::string::npos;
-  ::pclose(f);
-  return n;
-}
-
 // Waits for op while driving both sides (a deferred operation needs its own
 // connection's progress; the peer's needs the other's).
 template <class Op>
 std::error_code wait_both(sides& s, Op& op, std::chrono::milliseconds timeout = 10s) {
-  if (!drive(s, [&] { return op.done(); }, timeout)) return rdx::errc::timed_out;
+  if (!drive(
+          s, [&] { return op.done(); }, timeout))
+    return rdx::errc::timed_out;
   return op.error();
+}
+
+// Counts what reaches the log hook (failed destroys, a drain that timed out).
+std::atomic<int> logged{0};
+void count_log(std::string_view m) noexcept {
+  std::fprintf(stderr, "log hook: %.*s\n", static_cast<int>(m.size()), m.data());
+  ++logged;
 }
 
 }  // namespace
 
 TEST_CASE("connection destroyed before its pending operations: each ends once, aborted", "[lifetime]") {
-  sides s;
-  rdx::channel<std::uint64_t> ta(*s.a);
-  rdx::channel<std::uint64_t> tb(*s.b);
+  const std::string dev = channel_test::open_device().name();
+  rdx_test::leak_guard guard(dev);
+  auto s = std::make_unique<sides>();
+  rdx::channel<std::uint64_t> ta(*s->a);
+  rdx::channel<std::uint64_t> tb(*s->b);
   // Four sends use the peer's four credits; two more are deferred.
   std::vector<rdx::operation> sends;
   for (std::uint64_t i = 0; i < 6; ++i) sends.push_back(ta.send(1000 + i));
@@ -103,7 +106,15 @@ TEST_CASE("connection destroyed before its pending operations: each ends once, a
   }(awaited, resumed);
   REQUIRE(sends[3].wait(10s) == std::error_code{});
 
-  s.a.reset();  // pending: two deferred sends, a receive, a notification wait
+  const auto old_hook = rdx::set_log_hook(&count_log);
+  logged = 0;
+  const auto t0 = clk::now();
+  s->a.reset();  // pending: two deferred sends, a receive, a notification wait
+  const auto teardown = clk::now() - t0;
+  rdx::set_log_hook(old_hook);
+  INFO("teardown took " << std::chrono::duration_cast<std::chrono::milliseconds>(teardown).count() << " ms");
+  CHECK(logged == 0);       // the drain did not time out, no destroy failed
+  CHECK(teardown < 500ms);  // bounded by drain_timeout (2 s), and far below it
 
   for (int i = 0; i < 4; ++i) CHECK(sends[i].ok());
   CHECK(sends[4].error() == rdx::errc::operation_aborted);
@@ -118,25 +129,41 @@ TEST_CASE("connection destroyed before its pending operations: each ends once, a
     REQUIRE(r.wait(10s) == std::error_code{});
     CHECK(r.value() == 1000 + i);
   }
-  CHECK(s.b->messages_waiting() == 0);
+  CHECK(s->b->messages_waiting() == 0);
   // Destroying the operations now touches nothing (ASan would tell).
   sends.clear();
+  // b reported credits with unsignaled writes: its teardown must still be quick.
+  const auto old_hook2 = rdx::set_log_hook(&count_log);
+  const auto t1 = clk::now();
+  s.reset();
+  const auto teardown_b = clk::now() - t1;
+  rdx::set_log_hook(old_hook2);
+  CHECK(logged == 0);
+  CHECK(teardown_b < 500ms);
+  guard.check();
 }
 
 TEST_CASE("a connection destroyed with a write in flight drains before deregistering", "[lifetime]") {
-  const std::size_t qps_before = count_rdma_resources("qp");
+  const std::string dev = channel_test::open_device().name();
+  rdx_test::leak_guard guard(dev);  // contexts, PDs, CQs, QPs, MRs
   {
     sides s({.queue_pairs = 2, .send_depth = 64, .signal_interval = 16, .recv_depth = 4, .chunk_size = 4096});
     auto target = rdx::make_window_buffer<std::byte, rdx::rights::write>(s.pd, 1 << 20);
-    rdx::remote_window<std::byte, rdx::rights::write> w(*s.a, rdx::grant<std::byte, rdx::rights::write>(target).descriptor());
+    rdx::remote_window<std::byte, rdx::rights::write> w(
+        *s.a, rdx::grant<std::byte, rdx::rights::write>(target).descriptor());
     rdx::registered_buffer<std::byte> src(s.pd, 1 << 20);
     auto op = w.write(src, 0);  // 256 chunks over two queue pairs: partly deferred
-    CHECK(count_rdma_resources("qp") >= qps_before + 4);
+    CHECK(op.deferred());
+    const auto old_hook = rdx::set_log_hook(&count_log);
+    logged = 0;
     s.a.reset();
+    s.b.reset();
+    rdx::set_log_hook(old_hook);
+    CHECK(logged == 0);
     CHECK(op.done());
     CHECK((op.ok() || op.error() == rdx::errc::operation_aborted));
   }
-  CHECK(count_rdma_resources("qp") == qps_before);
+  guard.check();
 }
 
 TEST_CASE("operations destroyed before completion withdraw or detach, and nothing is lost", "[lifetime]") {
@@ -200,7 +227,7 @@ TEST_CASE("a coroutine destroyed while suspended is never resumed", "[lifetime]"
         flag = true;
       }(tb, resumed, stop.get_token());
       CHECK_FALSE(t1.done());
-    }  // both frames destroyed while suspended
+    }                     // both frames destroyed while suspended
     stop.request_stop();  // its callback was removed with the frame
   }
   SECTION("suspend_never final_suspend, destroyed through its handle") {
@@ -228,8 +255,9 @@ TEST_CASE("a coroutine that destroys a sibling completed in the same poll", "[li
   auto second = std::make_unique<rdx::receive_operation<std::uint64_t>>(tb.receive());
   bool first_resumed = false, second_resumed = false;
   std::uint64_t got = 0;
-  auto t1 = [](rdx::receive_operation<std::uint64_t>& op, std::unique_ptr<rdx::receive_operation<std::uint64_t>>& sibling,
-               bool& flag, std::uint64_t& v) -> task {
+  auto t1 = [](rdx::receive_operation<std::uint64_t>& op,
+               std::unique_ptr<rdx::receive_operation<std::uint64_t>>& sibling, bool& flag,
+               std::uint64_t& v) -> task {
     auto r = co_await op;
     v = r.value;
     sibling.reset();  // completed in the same poll, waiting to be resumed
@@ -337,7 +365,8 @@ TEST_CASE("a co_await that hits its deadline", "[deadline]") {
   CHECK(r.value() == 3);
 }
 
-TEST_CASE("a deferred send that hits its deadline, and wait_until leaving an operation pending", "[deadline]") {
+TEST_CASE("a deferred send that hits its deadline, and wait_until leaving an operation pending",
+          "[deadline]") {
   sides s;
   rdx::channel<std::uint64_t> ta(*s.a);
   rdx::channel<std::uint64_t> tb(*s.b);
@@ -346,8 +375,10 @@ TEST_CASE("a deferred send that hits its deadline, and wait_until leaving an ope
   auto late = ta.send(4);
   REQUIRE(late.deferred());
   std::error_code result;
-  auto t = [](rdx::operation& op, std::error_code& ec) -> task { ec = co_await op.within(100ms); }(late, result);
-  REQUIRE(drive(s, [&] { return late.done(); }, 5s));
+  auto t = [](rdx::operation& op, std::error_code& ec) -> task { ec = co_await op.within(100ms); }(late,
+                                                                                                   result);
+  REQUIRE(drive(
+      s, [&] { return late.done(); }, 5s));
   CHECK(result == rdx::errc::timed_out);
   auto pending = tb.next_notification();
   CHECK(pending.wait_until(clk::now() + 50ms) == rdx::errc::timed_out);
@@ -406,4 +437,33 @@ TEST_CASE("a peer that never posts receives: bounded, clear error", "[dead_peer]
   CHECK(ec == rdx::make_wc_error_code(IBV_WC_RNR_RETRY_EXC_ERR));
   CHECK(ec.message().find("receiver not ready") != std::string::npos);
   CHECK(took < a.detection_bound());
+}
+
+TEST_CASE("teardown after unsignaled requests that already finished is quick", "[lifetime]") {
+  sides s;
+  auto target = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(s.pd, 64);
+  rdx::remote_window<std::uint64_t, rdx::rights::write> w(
+      *s.a, rdx::grant<std::uint64_t, rdx::rights::write>(target).descriptor());
+  rdx::registered_buffer<std::uint64_t> src(s.pd, 64);
+  for (std::size_t i = 0; i < 64; ++i) src[i] = i + 1;
+  {
+    // The first is signaled (idle queue), the next three are not; all four
+    // are destroyed (detached) without a wait, so nothing covers them.
+    std::vector<rdx::operation> ops;
+    for (std::size_t i = 0; i < 4; ++i) {
+      ops.push_back(w.write(rdx::local_span<const std::uint64_t>(src).subspan(16 * i, 16), 16 * i));
+    }
+  }
+  std::this_thread::sleep_for(200ms);  // the NIC finishes them; the last three leave no completion
+  CHECK(s.a->outstanding() >= 3);
+  const auto old_hook = rdx::set_log_hook(&count_log);
+  logged = 0;
+  const auto t0 = clk::now();
+  s.a.reset();
+  const auto took = clk::now() - t0;
+  rdx::set_log_hook(old_hook);
+  INFO("teardown took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  CHECK(logged == 0);
+  CHECK(took < 500ms);
+  CHECK(std::memcmp(target.data(), src.data(), 64 * 8) == 0);  // the detached writes landed
 }

@@ -9,10 +9,10 @@
 #include <rdx/rdx.hpp>
 
 #include <coroutine>
-#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <utility>
 
 namespace channel_test {
 
@@ -41,7 +41,9 @@ struct pair {
 //! An eagerly started coroutine that keeps its frame until destroyed.
 struct task {
   struct promise_type {
-    task get_return_object() noexcept { return task{std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    task get_return_object() noexcept {
+      return task{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
     std::suspend_never initial_suspend() noexcept { return {}; }
     std::suspend_always final_suspend() noexcept { return {}; }
     void return_void() noexcept {}

@@ -4,8 +4,6 @@
 // stop request from another thread ending a bounded co_await.
 // [thread_check]: the debug check aborts when two threads use one
 // connection at once (built with RDX_THREAD_CHECKS=1 in every preset).
-#include "channel_support.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -14,6 +12,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "channel_support.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,7 +51,8 @@ TEST_CASE("one connection per thread, a shared protection domain, a stop from an
     rdx::connect_pair(a, b);
     rdx::channel<std::uint64_t> tb(b);
     bool resumed = false;
-    auto t = [](rdx::channel<std::uint64_t>& ch, std::stop_token tok, std::error_code& ec, bool& flag) -> channel_test::task {
+    auto t = [](rdx::channel<std::uint64_t>& ch, std::stop_token tok, std::error_code& ec,
+                bool& flag) -> channel_test::task {
       auto op = ch.receive();
       ec = co_await op.stop_on(tok);
       flag = true;
@@ -78,8 +78,7 @@ TEST_CASE("the debug check stops a connection used from two threads at once", "[
     rdx::connection a(pd, {.recv_depth = 4, .message_size = 64});
     std::atomic<bool> go{false};
     auto hammer = [&] {
-      while (!go) {
-      }
+      while (!go) {}
       for (int i = 0; i < 50'000'000; ++i) a.progress();
     };
     std::thread x(hammer), y(hammer);

@@ -63,7 +63,8 @@ struct setup {
   rdx::tcp::socket sock;
   rdx::peer_offer offer;
   setup(bool server, const std::string& peer)
-      : conn(pd, rdx::connection_attr{.queue_pairs = 2, .recv_depth = 8, .message_size = 64, .keepalive = 500ms}),
+      : conn(pd,
+             rdx::connection_attr{.queue_pairs = 2, .recv_depth = 8, .message_size = 64, .keepalive = 500ms}),
         win(rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words)) {
     const rdx::grant<std::uint64_t, rights::read | rights::write> g(win);
     const rdx::window_descriptor grants[] = {g.descriptor()};
@@ -131,7 +132,8 @@ int survivor(bool link, const std::string& peer) {
     while (!s.conn.failed() && clk::now() - start < 60s) {
       for (std::size_t i = first_slot; !link && i < ops.size(); ++i) {
         if (!ops[i].done()) continue;
-        require(ops[i].ok() || s.conn.failed(), "a transfer failed before the death: " + ops[i].error().message());
+        require(ops[i].ok() || s.conn.failed(),
+                "a transfer failed before the death: " + ops[i].error().message());
         if (s.conn.failed()) break;
         ++ended_ok;
         ops[i] = transfer(i);

@@ -44,13 +44,15 @@ public:
   }
   //! A move re-points the destination of a receive still waiting.
   receive_operation(receive_operation&& o) noexcept : operation(std::move(o)), value_(o.value_) {
-    if (destination() == reinterpret_cast<std::byte*>(&o.value_)) set_destination(reinterpret_cast<std::byte*>(&value_));
+    if (destination() == reinterpret_cast<std::byte*>(&o.value_))
+      set_destination(reinterpret_cast<std::byte*>(&value_));
   }
   receive_operation& operator=(receive_operation&& o) noexcept {
     if (this != &o) {
       operation::operator=(std::move(o));
       value_ = o.value_;
-      if (destination() == reinterpret_cast<std::byte*>(&o.value_)) set_destination(reinterpret_cast<std::byte*>(&value_));
+      if (destination() == reinterpret_cast<std::byte*>(&o.value_))
+        set_destination(reinterpret_cast<std::byte*>(&value_));
     }
     return *this;
   }
@@ -66,7 +68,8 @@ private:
 //! A typed, flow-controlled message channel over a connection (queue pair 0).
 //! Both sides make a channel of the same T. Messages up to
 //! connection::message_size() bytes; a larger one fails with
-//! errc::limit_exceeded before anything is posted.
+//! errc::limit_exceeded before anything is posted. Threading: its
+//! connection's (one thread at a time).
 template <message_type T>
 class channel {
 public:
@@ -101,7 +104,8 @@ public:
   [[nodiscard]] operation receive(std::span<T> dst) noexcept {
     operation op = detail::start_access::make(*conn_);
     const std::size_t cap = dst.size_bytes() > UINT32_MAX ? UINT32_MAX : dst.size_bytes();
-    detail::start_access::of(*conn_).start_receive(op, dst.data(), static_cast<std::uint32_t>(cap), sizeof(T), false);
+    detail::start_access::of(*conn_).start_receive(op, dst.data(), static_cast<std::uint32_t>(cap), sizeof(T),
+                                                   false);
     return op;
   }
 

@@ -89,7 +89,9 @@ public:
   //! error of every pending operation, from the queue-pair timeouts given to
   //! connect() and the keepalive: 1.25 x keepalive + (retry_cnt + 1) x 4 x
   //! 4.096 us x 2^timeout (IBTA lets a NIC wait up to 4 times the timeout).
-  [[nodiscard]] std::chrono::milliseconds detection_bound() const noexcept { return engine::detection_bound(); }
+  [[nodiscard]] std::chrono::milliseconds detection_bound() const noexcept {
+    return engine::detection_bound();
+  }
 
   //! Work requests posted and not yet retired on queue pair i (never above send_depth).
   [[nodiscard]] std::uint32_t outstanding(std::size_t i = 0) const noexcept { return sqs_[i].outstanding(); }
@@ -187,7 +189,9 @@ inline void stop_flag::operator()() const noexcept {
 
 // --- operation, needing the connection ----------------------------------------
 
-inline operation::operation(operation&& o) noexcept { steal(o); }
+inline operation::operation(operation&& o) noexcept {
+  steal(o);
+}
 
 inline operation& operation::operator=(operation&& o) noexcept {
   if (this != &o) {

@@ -53,7 +53,17 @@ class bounded_awaiter_base;
 enum class op_list : std::uint8_t { none, receives, notifications, deferred, ready };
 
 // What an operation does, and what a deferred one still has to post.
-enum class op_kind : std::uint8_t { none, write, read, fetch_add, compare_swap, send, notify, receive, notification };
+enum class op_kind : std::uint8_t {
+  none,
+  write,
+  read,
+  fetch_add,
+  compare_swap,
+  send,
+  notify,
+  receive,
+  notification
+};
 
 constexpr std::uint32_t no_slot = 0xffffffffu;
 
@@ -66,8 +76,8 @@ struct op_params {
   std::uint64_t b = 0;       // swap
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
-  std::uint32_t tag = 0;            // notification tag
-  std::uint32_t slot = no_slot;     // staging slot a deferred send holds
+  std::uint32_t tag = 0;         // notification tag
+  std::uint32_t slot = no_slot;  // staging slot a deferred send holds
 };
 
 // The stop callback of a bounded await: it only flags, the poller acts.
@@ -113,7 +123,9 @@ private:
 }  // namespace detail
 
 //! One operation on a connection; see the lifetime rules above. Started by a
-//! window, a channel or a connection; complete once done().
+//! window, a channel or a connection; complete once done(). Threading: its
+//! connection's (one thread at a time); a bounded await's stop_token may be
+//! stopped from any thread.
 class operation {
 public:
   //! An empty operation: not started, never done; wait() says errc::not_ready.
@@ -148,10 +160,10 @@ public:
   //! @return error() when done, else errc::timed_out (the operation stays
   //! pending: wait again, cancel() or destroy it).
   [[nodiscard]] std::error_code wait(std::chrono::nanoseconds timeout = default_wait_timeout,
-                                            wait_mode mode = wait_mode::poll) noexcept;
+                                     wait_mode mode = wait_mode::poll) noexcept;
   //! wait() until an absolute deadline.
   [[nodiscard]] std::error_code wait_until(std::chrono::steady_clock::time_point deadline,
-                                                  wait_mode mode = wait_mode::poll) noexcept;
+                                           wait_mode mode = wait_mode::poll) noexcept;
   //! Ends a pending operation now with errc::operation_canceled (no resume):
   //! what has not been posted is withdrawn, posted work is detached.
   //! @return true when it was pending.
@@ -194,7 +206,7 @@ private:
   std::error_code ec_{};
   std::coroutine_handle<> waiter_{};
   detail::bounded_awaiter_base* bounded_ = nullptr;  // the bounded await suspended on it
-  operation* prev_ = nullptr;  // intrusive list links (op_list)
+  operation* prev_ = nullptr;                        // intrusive list links (op_list)
   operation* next_ = nullptr;
   std::byte* dst_ = nullptr;  // receive destination
   detail::op_params p_{};
@@ -223,7 +235,8 @@ inline operation::bounded operation::until(std::chrono::steady_clock::time_point
                                            std::stop_token token) noexcept {
   return bounded(*this, deadline, std::move(token));
 }
-inline operation::bounded operation::within(std::chrono::nanoseconds timeout, std::stop_token token) noexcept {
+inline operation::bounded operation::within(std::chrono::nanoseconds timeout,
+                                            std::stop_token token) noexcept {
   return until(std::chrono::steady_clock::now() + timeout, std::move(token));
 }
 inline operation::bounded operation::stop_on(std::stop_token token) noexcept {

@@ -24,10 +24,10 @@ namespace rdx {
 
 //! What send_queue records per posted request and hands back at retirement.
 struct sq_record {
-  void* owner = nullptr;   //!< the caller's (an operation); nullptr once detached
-  std::uint64_t seq = 0;   //!< posting sequence number (also the wr_id's low bits)
-  std::uint32_t aux = 0;   //!< the caller's (a staging or result slot)
-  std::uint8_t kind = 0;   //!< the caller's; 0 is the engine's own cover request
+  void* owner = nullptr;  //!< the caller's (an operation); nullptr once detached
+  std::uint64_t seq = 0;  //!< posting sequence number (also the wr_id's low bits)
+  std::uint32_t aux = 0;  //!< the caller's (a staging or result slot)
+  std::uint8_t kind = 0;  //!< the caller's; 0 is the engine's own cover request
   bool signaled = false;
 };
 
@@ -46,7 +46,8 @@ public:
       : qp_(&qp), ring_(std::make_unique<sq_record[]>(depth)), cap_(depth), interval_(signal_interval) {
     if (depth < 2 || signal_interval < 1 || signal_interval >= depth) {
       detail::throw_rdx(errc::invalid_argument, "send_queue: depth " + std::to_string(depth) +
-                                                    " and signal_interval " + std::to_string(signal_interval) +
+                                                    " and signal_interval " +
+                                                    std::to_string(signal_interval) +
                                                     ": need depth >= 2 and 1 <= signal_interval < depth");
     }
   }
@@ -54,7 +55,9 @@ public:
   [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
   [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num(); }
   //! Requests posted and not yet retired (never above depth).
-  [[nodiscard]] std::uint32_t outstanding() const noexcept { return static_cast<std::uint32_t>(tail_ - head_); }
+  [[nodiscard]] std::uint32_t outstanding() const noexcept {
+    return static_cast<std::uint32_t>(tail_ - head_);
+  }
   //! Room for n more requests of the caller; one entry stays free for cover().
   [[nodiscard]] bool has_room(std::uint32_t n = 1) const noexcept { return tail_ - head_ + n + 1 <= cap_; }
   //! True when the last posted request will produce a completion.
@@ -65,7 +68,8 @@ public:
   //! Posts w, signaled when the queue was idle or every signal_interval
   //! requests, and records it for retirement. The caller checked has_room().
   //! @return the provider's error (nothing recorded then).
-  [[nodiscard]] std::error_code post(send_wr& w, void* owner, std::uint8_t kind, std::uint32_t aux = 0) noexcept {
+  [[nodiscard]] std::error_code post(send_wr& w, void* owner, std::uint8_t kind,
+                                     std::uint32_t aux = 0) noexcept {
     const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
     return record(w, owner, kind, aux, sig);
   }
@@ -108,9 +112,9 @@ public:
     while (head_ <= seq) {
       const sq_record r = ring_[head_ % cap_];
       ++head_;
-      f(r, r.seq == seq        ? c.error()
-           : failed_before     ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
-                               : std::error_code{});
+      f(r, r.seq == seq    ? c.error()
+           : failed_before ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
+                           : std::error_code{});
     }
   }
 

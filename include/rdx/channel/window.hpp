@@ -158,6 +158,7 @@ template <class T, rights R>
 
 //! The peer's window, reached over a connection with the rights R, which the
 //! peer must have granted. Offsets and counts are in elements of T.
+//! Threading: its connection's (one thread at a time).
 template <class T, rights R>
 requires registrable<T>
 class remote_window {
@@ -231,14 +232,15 @@ public:
   }
 
 private:
-  [[nodiscard]] operation rdma(detail::op_kind kind, std::uint64_t laddr, std::uint32_t lkey, std::size_t offset,
-                               std::size_t count) noexcept {
+  [[nodiscard]] operation rdma(detail::op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
+                               std::size_t offset, std::size_t count) noexcept {
     operation op = detail::start_access::make(*conn_);
     detail::engine& e = detail::start_access::of(*conn_);
     if (std::error_code ec = check(offset, count)) {
       e.fail_now(op, ec);
     } else {
-      e.start_rdma(op, kind, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey, count * sizeof(T));
+      e.start_rdma(op, kind, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
+                   count * sizeof(T));
     }
     return op;
   }

@@ -9,8 +9,13 @@
 // write with immediate 0x80000000 | i). Before chunk i (i >= depth) may be
 // written, the receiver hands the slot back with a zero-byte send with
 // immediate i, once its copy of chunk i - depth to the GPU has finished.
+//
+// Writes and slot credits go out through layer 5's send-queue engine
+// (rdx/channel/send_queue.hpp): selective signaling, send-queue credit
+// accounting and in-order retirement, the same as a connection's.
 #pragma once
 
+#include <rdx/channel/send_queue.hpp>
 #include <rdx/cuda/staging_types.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion_queue.hpp>
@@ -19,6 +24,7 @@
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/work_request.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +50,9 @@ public:
         bounce_(bounce),
         peer_(peer_bounce),
         opt_(options),
-        timeout_(timeout) {
+        timeout_(timeout),
+        sq_(qp, std::max<std::uint32_t>(2, qp.caps().max_send_wr),
+            std::max<std::uint32_t>(1, std::max<std::uint32_t>(2, qp.caps().max_send_wr) / 2)) {
     if (!contains(peer_, 0, opt_.chunk_bytes * opt_.depth)) {
       rdx::detail::throw_rdx(errc::invalid_argument,
                              "staged_rdma: the peer's bounce buffers (" + std::to_string(peer_.length) +
@@ -81,10 +89,7 @@ public:
       }
       const std::size_t off = c.slot * opt_.chunk_bytes;
       auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
-      if (auto ec = qp_.post_send(wr)) {
-        fail("post the write of chunk", c.index, ec.message());
-      }
-      wait_send("write of chunk", c.index);
+      post_and_wait(wr, "write of chunk", c.index);
     });
   }
 
@@ -95,10 +100,7 @@ public:
     return pipe.receive(dst, bytes, [&](const staged_chunk& c) {
       if (c.index >= opt_.depth) {
         auto wr = wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index));
-        if (auto ec = qp_.post_send(wr)) {
-          fail("post the slot credit for chunk", c.index, ec.message());
-        }
-        wait_send("slot credit for chunk", c.index);
+        post_and_wait(wr, "slot credit for chunk", c.index);
       }
       const completion done = expect(data_tag(c.index), "chunk", c.index);
       if (done.byte_len() != c.host.size()) {
@@ -150,7 +152,37 @@ private:
     }
     return c;
   }
-  void wait_send(const char* what, std::size_t chunk) { (void)wait(send_cq_, what, chunk); }
+  // Posts w through the send-queue engine and waits until it retires.
+  void post_and_wait(send_wr& w, const char* what, std::size_t chunk) {
+    if (failed_) fail(what, chunk, "an earlier request of this queue pair failed");
+    while (!sq_.has_room()) retire_one(what, chunk);
+    const std::uint64_t seq = sq_.posted_count();  // the sequence number this post gets
+    if (auto ec = sq_.post(w, this, 1)) fail(what, chunk, "post: " + ec.message());
+    if (!sq_.cover()) fail(what, chunk, "post of the request that signals it");
+    std::error_code status;
+    bool done = false;
+    while (!done) {
+      retire_one(what, chunk, [&](const sq_record& r, std::error_code ec) {
+        if (r.seq == seq) {
+          done = true;
+          status = ec;
+        }
+      });
+    }
+    if (status) fail(what, chunk, status.message());
+  }
+  template <class F = void (*)(const sq_record&, std::error_code)>
+  void retire_one(
+      const char* what, std::size_t chunk, F&& f = [](const sq_record&, std::error_code) {}) {
+    completion c{};
+    const std::error_code ec = poll_one(send_cq_, c, timeout_);
+    if (ec) {
+      fail(what, chunk,
+           ec == errc::timed_out ? "no completion in time (has the peer stopped?)" : ec.message());
+    }
+    sq_.retire(c, failed_, f);
+    if (!c.ok()) failed_ = true;
+  }
   completion expect(std::uint32_t imm, const char* what, std::size_t chunk) {
     completion c = wait(recv_cq_, what, chunk);
     post_receive();
@@ -169,6 +201,8 @@ private:
   remote_descriptor peer_;
   staging_options opt_;
   std::chrono::milliseconds timeout_;
+  send_queue sq_;
+  bool failed_ = false;
 };
 
 }  // namespace rdx::cuda

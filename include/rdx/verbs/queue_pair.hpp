@@ -2,12 +2,12 @@
 // connect, device-checked limits and batched posting.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/detail/random.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/protection_domain.hpp>

@@ -2,9 +2,9 @@
 // with the checks that refuse bad values before anything reaches the device.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/context.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
@@ -79,7 +79,7 @@ struct queue_pair_attr {
 
 //! Connection settings (RTR and RTS); defaults in docs/design.md, 0 = from the device.
 struct connect_options {
-  std::uint8_t timeout = 14;  //!< 4.096 us * 2^timeout; 0 (infinite) is refused
+  std::uint8_t timeout = 14;   //!< 4.096 us * 2^timeout; 0 (infinite) is refused
   std::uint8_t retry_cnt = 6;  //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
   std::uint8_t rnr_retry = 7;  //!< 7 = retry forever
   std::uint8_t min_rnr_timer = 12;

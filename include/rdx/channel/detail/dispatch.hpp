@@ -155,11 +155,7 @@ inline void engine::fail(std::error_code ec) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = ec;
-  for (auto& q : qps_) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_ERR;
-    (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
-  }
+  to_error();
   while (!deferred_.empty()) {
     operation& op = *deferred_.pop();
     if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
@@ -167,6 +163,19 @@ inline void engine::fail(std::error_code ec) noexcept {
     if (op.pending_ == 0) complete(op);
   }
   deliver();
+}
+
+// Every queue pair to ERR. Requests that succeeded unsignaled leave no
+// completion behind, so a signaled request is posted after them where the
+// last one is not: its flush retires them all (posting to a queue pair in
+// ERR is allowed; the request completes at once with a flush error).
+inline void engine::to_error() noexcept {
+  for (auto& q : qps_) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
+  }
+  for (auto& q : sqs_) (void)q.cover();
 }
 
 }  // namespace rdx::detail

@@ -185,6 +185,7 @@ protected:
   inline void report_credits() noexcept;
   inline void housekeeping(std::chrono::steady_clock::time_point now) noexcept;
   inline void fail(std::error_code ec) noexcept;
+  inline void to_error() noexcept;
   [[nodiscard]] inline bool usable(operation& op) noexcept;
   [[nodiscard]] op_fifo& fifo_of(op_list l) noexcept {
     switch (l) {
@@ -219,7 +220,8 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
       free_atomics_(atomic_slots) {
   auto bad = [](const std::string& what) { throw_rdx(errc::invalid_argument, "connection: " + what); };
   const connection_attr& a = attr;
-  if (a.queue_pairs < 1 || a.queue_pairs > 64) bad("queue_pairs = " + std::to_string(a.queue_pairs) + ", need 1 to 64");
+  if (a.queue_pairs < 1 || a.queue_pairs > 64)
+    bad("queue_pairs = " + std::to_string(a.queue_pairs) + ", need 1 to 64");
   if (a.send_depth < 2) bad("send_depth = " + std::to_string(a.send_depth) + ", need at least 2");
   if (a.signal_interval < 1 || a.signal_interval >= a.send_depth) {
     bad("signal_interval = " + std::to_string(a.signal_interval) + ", need 1 to send_depth - 1 (" +
@@ -230,10 +232,13 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
   if (a.chunk_size == 0 || a.chunk_size % 4096 != 0 || a.chunk_size > (std::size_t{1} << 30)) {
     bad("chunk_size = " + std::to_string(a.chunk_size) + ", need a multiple of 4096 up to 1 GiB");
   }
-  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0) bad("keepalive and drain_timeout must not be negative");
+  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0)
+    bad("keepalive and drain_timeout must not be negative");
   if (attr_.events) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw error(std::error_code(errno, std::generic_category()), "connection: eventfd (stop-request wake-up)");
+    if (wake_fd_ < 0)
+      throw error(std::error_code(errno, std::generic_category()),
+                  "connection: eventfd (stop-request wake-up)");
   }
   for (std::uint32_t i = 0; i < 2 * attr_.recv_depth; ++i) free_staging_.push(i);
   for (std::uint32_t i = 0; i < atomic_slots; ++i) free_atomics_.push(i);
@@ -272,8 +277,9 @@ inline connection_info engine::local_info() const {
 
 inline void engine::connect(const connection_info& peer, const connect_options& opt) {
   auto differ = [](const char* what, std::uint64_t here, std::uint64_t there) {
-    throw_rdx(errc::invalid_argument, std::string("connection::connect: ") + what + " is " + std::to_string(here) +
-                                          " here but " + std::to_string(there) + " at the peer; both sides need the same");
+    throw_rdx(errc::invalid_argument, std::string("connection::connect: ") + what + " is " +
+                                          std::to_string(here) + " here but " + std::to_string(there) +
+                                          " at the peer; both sides need the same");
   };
   if (peer.endpoints.size() != qps_.size()) differ("queue_pairs", qps_.size(), peer.endpoints.size());
   if (peer.recv_depth != attr_.recv_depth) differ("recv_depth", attr_.recv_depth, peer.recv_depth);
@@ -349,7 +355,8 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
     if (op != nullptr && op->done()) return op->error();
     if (op == nullptr && failed_) return failure_;
     if (mode == wait_mode::events) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return make_error_code(errc::timed_out);
       std::error_code ec = wait_event(left);
       if (ec && ec != errc::timed_out) return ec;

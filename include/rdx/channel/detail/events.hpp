@@ -36,7 +36,8 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
   for (bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) until = std::min(until, a->deadline_);
   if (attr_.keepalive.count() > 0 && something_waits()) until = std::min(until, now + attr_.keepalive / 4);
   if (!deferred_.empty()) until = std::min(until, now + std::chrono::milliseconds(1));
-  const int ms = static_cast<int>(std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
+  const int ms = static_cast<int>(
+      std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
   pollfd p[2] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const int r = ::poll(p, 2, ms);
   if (r > 0 && (p[1].revents & POLLIN) != 0) {
@@ -47,7 +48,8 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
   housekeeping(std::chrono::steady_clock::now());
   progress();
   if (r < 0 && errno != EINTR) return {errno, std::generic_category()};
-  return r == 0 && std::chrono::steady_clock::now() >= now + timeout ? make_error_code(errc::timed_out) : std::error_code{};
+  return r == 0 && std::chrono::steady_clock::now() >= now + timeout ? make_error_code(errc::timed_out)
+                                                                     : std::error_code{};
 }
 
 }  // namespace rdx::detail

@@ -70,7 +70,8 @@ inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept 
     for (const auto& q : sqs_) busy = busy || q.outstanding() != 0;
     if (!busy) return {};
     progress();
-    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) return make_error_code(errc::timed_out);
+    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline)
+      return make_error_code(errc::timed_out);
   }
 }
 
@@ -95,11 +96,7 @@ inline void engine::shut_down() noexcept {
   }
   failed_ = true;
   if (!failure_) failure_ = aborted;
-  for (auto& q : qps_) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_ERR;
-    (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
-  }
+  to_error();
   const auto deadline = std::chrono::steady_clock::now() + attr_.drain_timeout;
   for (unsigned spins = 0;; ++spins) {
     bool busy = ring_.posted() != 0;
@@ -111,7 +108,8 @@ inline void engine::shut_down() noexcept {
       break;
     }
   }
-  for (auto& q : sqs_) q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
+  for (auto& q : sqs_)
+    q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
   while (!ready_.empty()) ready_.pop()->waiter_ = {};
   sqs_.clear();
   qps_.clear();

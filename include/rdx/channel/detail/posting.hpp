@@ -83,8 +83,9 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
   if (now && bytes <= q.qp().max_inline_data()) {
     // Inline: the payload is copied into the work request at post time.
-    send_wr w = wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
-                             ring_.piggyback());
+    send_wr w =
+        wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
+                     ring_.piggyback());
     if (std::error_code ec = q.post(w, &op, rec_op)) return fail_now(op, ec);
     ring_.count_sent();
     op.pending_ = 1;
@@ -93,7 +94,8 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   // Otherwise the payload goes to a staging buffer now, so the caller's
   // memory is free once send() returns, posted now or later.
   std::uint32_t slot = 0;
-  if (!take_staging(slot)) return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
+  if (!take_staging(slot))
+    return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
   std::memcpy(staging_.data() + std::size_t{slot} * attr_.message_size, data, bytes);
   op.p_.slot = slot;
   if (!now || post_some(op) == post_result::blocked) defer(op);
@@ -159,7 +161,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       const std::uint32_t slot = free_atomics_.pop();
       const ibv_sge sge = atomics_.sge(slot, 1);
       const remote_ptr at{p.raddr, p.rkey};
-      send_wr w = op.kind_ == op_kind::compare_swap ? wr::compare_swap(sge, at, p.a, p.b) : wr::fetch_add(sge, at, p.a);
+      send_wr w = op.kind_ == op_kind::compare_swap ? wr::compare_swap(sge, at, p.a, p.b)
+                                                    : wr::fetch_add(sge, at, p.a);
       if ((ec = q0.post(w, &op, rec_atomic, slot))) {
         free_atomics_.push(slot);
       } else {
@@ -169,7 +172,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     }
     case op_kind::send: {
       if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
-      const ibv_sge sge = staging_.sge(std::size_t{p.slot} * attr_.message_size, static_cast<std::uint32_t>(p.length));
+      const ibv_sge sge =
+          staging_.sge(std::size_t{p.slot} * attr_.message_size, static_cast<std::uint32_t>(p.length));
       send_wr w = wr::send_imm(sge, ring_.piggyback());
       if ((ec = q0.post(w, &op, rec_staged, p.slot))) break;
       p.slot = no_slot;  // the record holds it now
@@ -181,7 +185,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
       const remote_ptr at{p.raddr, p.rkey};
       const ibv_sge sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
-      send_wr w = p.length == 0 ? wr::write_imm(std::span<const ibv_sge>{}, at, p.tag) : wr::write_imm(sge, at, p.tag);
+      send_wr w = p.length == 0 ? wr::write_imm(std::span<const ibv_sge>{}, at, p.tag)
+                                : wr::write_imm(sge, at, p.tag);
       if ((ec = q0.post(w, &op, rec_op))) break;
       ring_.count_sent();
       op.pending_ = 1;
