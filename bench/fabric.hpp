@@ -996,8 +996,9 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
         check_op(slot->wait(), "channel send");
         slot.reset();
       }
-      // Loopback: the receiver is this thread, so let it take messages
-      // rather than spin inside send() for a credit it would never get.
+      // Loopback: the receiver is this thread, so let it take messages and
+      // return credits before the next send (which would otherwise be
+      // deferred until the slot's wait drives both sides).
       while (ch.credits() == 0) {
         f.progress<rdx_api>();
         ch.conn().progress();

@@ -244,6 +244,7 @@ inline bool operation::test() noexcept {
 }
 
 inline std::error_code operation::wait(std::chrono::nanoseconds timeout, wait_mode mode) noexcept {
+  if (done_) return ec_;
   return wait_until(std::chrono::steady_clock::now() + timeout, mode);
 }
 
@@ -252,8 +253,19 @@ inline std::error_code operation::wait_until(std::chrono::steady_clock::time_poi
   if (done_) return ec_;
   if (conn_ == nullptr) return make_error_code(errc::not_ready);
   detail::engine& e = *conn_;
-  std::error_code ec = e.run_until(deadline, mode, this);
-  return done_ ? ec_ : ec;
+  if (mode == wait_mode::events) {
+    std::error_code ec = e.run_until(deadline, mode, this);
+    return done_ ? ec_ : ec;
+  }
+  // Busy polling: the loop a raw-verbs user writes, with a look at the clock
+  // every 64 polls.
+  e.cover_all();
+  for (unsigned spins = 1;; ++spins) {
+    e.progress();
+    if (done_) return ec_;
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
+      return make_error_code(errc::timed_out);
+  }
 }
 
 inline bool operation::cancel() noexcept {

@@ -43,7 +43,11 @@ public:
   //! @param signal_interval at most this many requests per signaled one (1..depth-1)
   //! @throws rdx::error (errc::invalid_argument) for a depth under 2 or an interval out of range
   send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
-      : qp_(&qp), ring_(std::make_unique<sq_record[]>(depth)), cap_(depth), interval_(signal_interval) {
+      : qp_(&qp),
+        ring_(std::make_unique<sq_record[]>(depth)),
+        cap_(depth),
+        mask_((depth & (depth - 1)) == 0 ? depth - 1 : 0),
+        interval_(signal_interval) {
     if (depth < 2 || signal_interval < 1 || signal_interval >= depth) {
       detail::throw_rdx(errc::invalid_argument, "send_queue: depth " + std::to_string(depth) +
                                                     " and signal_interval " +
@@ -100,7 +104,7 @@ public:
   void retire(const completion& c, bool failed_before, F&& f) noexcept {
     if (c.ok()) {
       while (head_ != tail_) {
-        const sq_record r = ring_[head_ % cap_];
+        const sq_record r = ring_[slot(head_)];
         ++head_;
         f(r, std::error_code{});
         if (r.signaled) break;
@@ -110,7 +114,7 @@ public:
     const std::uint64_t seq = c.wr_id() & ~wr_id_tag;
     if (seq < head_ || seq >= tail_) return;  // not ours, or retired already
     while (head_ <= seq) {
-      const sq_record r = ring_[head_ % cap_];
+      const sq_record r = ring_[slot(head_)];
       ++head_;
       f(r, r.seq == seq    ? c.error()
            : failed_before ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
@@ -123,26 +127,38 @@ public:
   template <class F>
   void retire_all(std::error_code ec, F&& f) noexcept {
     while (head_ != tail_) {
-      const sq_record r = ring_[head_ % cap_];
+      const sq_record r = ring_[slot(head_)];
       ++head_;
       f(r, ec);
     }
     covered_ = tail_;
   }
 
+  //! The sequence number the next post will get.
+  [[nodiscard]] std::uint64_t next_seq() const noexcept { return tail_; }
+  //! The outstanding record with sequence number seq, or nullptr once retired.
+  [[nodiscard]] sq_record* find(std::uint64_t seq) noexcept {
+    return seq >= head_ && seq < tail_ ? &ring_[slot(seq)] : nullptr;
+  }
+
   //! Visits the outstanding records (to detach an owner, say).
   template <class F>
   void for_each_outstanding(F&& f) noexcept {
-    for (std::uint64_t s = head_; s != tail_; ++s) f(ring_[s % cap_]);
+    for (std::uint64_t s = head_; s != tail_; ++s) f(ring_[slot(s)]);
   }
 
 private:
+  // A power-of-two depth (the usual) indexes with a mask, not a division.
+  [[nodiscard]] std::uint64_t slot(std::uint64_t seq) const noexcept {
+    return mask_ != 0 ? seq & mask_ : seq % cap_;
+  }
+
   [[nodiscard]] std::error_code record(send_wr& w, void* owner, std::uint8_t kind, std::uint32_t aux,
                                        bool sig) noexcept {
     w.id(wr_id_tag | tail_);
     w.signaled(sig);
     if (std::error_code ec = qp_->post_send(w)) return ec;
-    ring_[tail_ % cap_] = sq_record{owner, tail_, aux, kind, sig};
+    ring_[slot(tail_)] = sq_record{owner, tail_, aux, kind, sig};
     ++tail_;
     ++posted_;
     if (sig) {
@@ -158,6 +174,7 @@ private:
   queue_pair* qp_;
   std::unique_ptr<sq_record[]> ring_;
   std::uint64_t cap_;
+  std::uint64_t mask_;
   std::uint32_t interval_;
   std::uint32_t since_signal_ = 0;
   std::uint64_t head_ = 0;     // next record to retire

@@ -90,6 +90,7 @@ public:
   inline void end_now(operation& op, std::error_code ec) noexcept;
   //! Points the engine's records of from at to (a move).
   inline void relink(operation& from, operation& to) noexcept;
+  inline void repoint(operation& op, operation* to) noexcept;
   inline void add_bounded(bounded_awaiter_base& a) noexcept;
   inline void remove_bounded(bounded_awaiter_base& a) noexcept;
   void signal_stop() noexcept {
@@ -340,7 +341,12 @@ inline int engine::progress() noexcept {
   }
   if (!deferred_.empty()) pump();
   if (ring_.report_due() && connected_ && !failed_) report_credits();
-  if ((handled == 0 && (++idle_polls_ & 63) == 0) || (bounded_ != nullptr && (++ticks_ & 63) == 0)) {
+  // The clock is read only when something needs it (a clock read can be a
+  // system call in a VM): bounded awaits every 64 calls, and the keepalive
+  // every 1024 idle polls while receives or deferred operations wait.
+  const bool keepalive_due =
+      handled == 0 && (++idle_polls_ & 1023) == 0 && attr_.keepalive.count() > 0 && something_waits();
+  if (keepalive_due || (bounded_ != nullptr && (++ticks_ & 63) == 0)) {
     housekeeping(std::chrono::steady_clock::now());
   }
   resume_ready();

@@ -17,12 +17,26 @@ inline void engine::forget(operation& op) noexcept {
   if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
   if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
   if (op.pending_ != 0) {
-    for (auto& q : sqs_) {
-      q.for_each_outstanding([&](sq_record& r) {
-        if (r.owner == &op) r.owner = nullptr;
-      });
-    }
+    repoint(op, nullptr);
     op.pending_ = 0;
+  }
+}
+
+// Points the send-queue records of op at to. One outstanding request (the
+// usual case: a send, an atomic, an unstriped write) is found at once from
+// the sequence number op kept; more are looked for in every send queue.
+inline void engine::repoint(operation& op, operation* to) noexcept {
+  if (op.pending_ == 1) {
+    sq_record* r = sqs_[op.p_.qp].find(op.p_.seq);
+    if (r != nullptr && r->owner == &op) {
+      r->owner = to;
+      return;
+    }
+  }
+  for (auto& q : sqs_) {
+    q.for_each_outstanding([&](sq_record& r) {
+      if (r.owner == &op) r.owner = to;
+    });
   }
 }
 
@@ -34,13 +48,7 @@ inline void engine::end_now(operation& op, std::error_code ec) noexcept {
 
 inline void engine::relink(operation& from, operation& to) noexcept {
   if (from.list_ != op_list::none) fifo_of(from.list_).replace(from, to);
-  if (from.pending_ != 0) {
-    for (auto& q : sqs_) {
-      q.for_each_outstanding([&](sq_record& r) {
-        if (r.owner == &from) r.owner = &to;
-      });
-    }
-  }
+  if (from.pending_ != 0) repoint(from, &to);
   if (from.bounded_ != nullptr) from.bounded_->op_ = &to;
 }
 

@@ -86,6 +86,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
     send_wr w =
         wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
                      ring_.piggyback());
+    op.p_.seq = q.next_seq();
     if (std::error_code ec = q.post(w, &op, rec_op)) return fail_now(op, ec);
     ring_.count_sent();
     op.pending_ = 1;
@@ -142,12 +143,17 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::read: {
       const std::uint64_t chunk = attr_.chunk_size;
       while (p.posted < p.length) {
-        const std::uint64_t len = std::min(p.length - p.posted, chunk - (p.raddr + p.posted) % chunk);
-        send_queue& q = sqs_[sqs_.size() == 1 ? 0 : rr_ % sqs_.size()];
+        const std::uint64_t at_chunk =
+            (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
+        const std::uint64_t len = std::min(p.length - p.posted, chunk - at_chunk);
+        const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+        send_queue& q = sqs_[qi];
         if (!q.has_room()) return post_result::blocked;
         const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
         const remote_ptr at{p.raddr + p.posted, p.rkey};
         send_wr w = op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
+        p.qp = qi;
+        p.seq = q.next_seq();
         if ((ec = q.post(w, &op, rec_op))) break;
         ++rr_;
         ++op.pending_;
@@ -163,6 +169,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       const remote_ptr at{p.raddr, p.rkey};
       send_wr w = op.kind_ == op_kind::compare_swap ? wr::compare_swap(sge, at, p.a, p.b)
                                                     : wr::fetch_add(sge, at, p.a);
+      p.seq = q0.next_seq();
       if ((ec = q0.post(w, &op, rec_atomic, slot))) {
         free_atomics_.push(slot);
       } else {
@@ -175,6 +182,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       const ibv_sge sge =
           staging_.sge(std::size_t{p.slot} * attr_.message_size, static_cast<std::uint32_t>(p.length));
       send_wr w = wr::send_imm(sge, ring_.piggyback());
+      p.seq = q0.next_seq();
       if ((ec = q0.post(w, &op, rec_staged, p.slot))) break;
       p.slot = no_slot;  // the record holds it now
       ring_.count_sent();
@@ -187,6 +195,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       const ibv_sge sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       send_wr w = p.length == 0 ? wr::write_imm(std::span<const ibv_sge>{}, at, p.tag)
                                 : wr::write_imm(sge, at, p.tag);
+      p.seq = q0.next_seq();
       if ((ec = q0.post(w, &op, rec_op))) break;
       ring_.count_sent();
       op.pending_ = 1;
