@@ -48,3 +48,6 @@ rdx_add_twonode_test(NAME dead_peer_kill_twonode TIMEOUT 300
 rdx_add_twonode_test(NAME dead_peer_link_twonode TIMEOUT 300
   NODE0 $<TARGET_FILE:dead_peer> --link
   NODE1 $<TARGET_FILE:dead_peer> --link)
+rdx_add_twonode_test(NAME dead_peer_link_traffic_twonode TIMEOUT 300
+  NODE0 $<TARGET_FILE:dead_peer> --link-traffic
+  NODE1 $<TARGET_FILE:dead_peer> --link-traffic)

@@ -6,7 +6,9 @@
 //            notification wait pending;
 //   --link   the victim takes its link down while the survivor has only a
 //            receive, a notification wait and deferred sends pending (the
-//            keepalive probe must notice).
+//            keepalive probe must notice);
+//   --link-traffic  the victim takes its link down in the middle of writes,
+//            reads and sends, as with --kill.
 // The survivor checks that every pending operation ends with an error exactly
 // once, within connection::detection_bound() of the death (printed next to
 // the measured time), that later operations fail at once, and that no queue
@@ -107,7 +109,7 @@ int victim(bool link) {
   return killed ? 0 : 1;
 }
 
-int survivor(bool link, const std::string& peer) {
+int survivor(bool link, bool traffic, const std::string& peer) {
   const std::size_t qps_before = qp_count();
   {
     setup s(false, peer);
@@ -128,9 +130,9 @@ int survivor(bool link, const std::string& peer) {
       return i % 2 == 0 ? w.write(rdx::local_span<const std::uint64_t>(l.subspan(0, 8192)), 0)
                         : w.read(l.subspan(8192 * (i % 8 + 1), 8192), 8192 * (i % 8 + 1));
     };
-    for (std::size_t i = 0; !link && i < 8; ++i) ops.push_back(transfer(first_slot + i));
+    for (std::size_t i = 0; traffic && i < 8; ++i) ops.push_back(transfer(first_slot + i));
     while (!s.conn.failed() && clk::now() - start < 60s) {
-      for (std::size_t i = first_slot; !link && i < ops.size(); ++i) {
+      for (std::size_t i = first_slot; traffic && i < ops.size(); ++i) {
         if (!ops[i].done()) continue;
         require(ops[i].ok() || s.conn.failed(),
                 "a transfer failed before the death: " + ops[i].error().message());
@@ -164,9 +166,14 @@ int survivor(bool link, const std::string& peer) {
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(t_failed - t_death);
     const auto bound = s.conn.detection_bound();
     std::printf("dead_peer twonode (%s): %zu operations, %zu ended before the death, the rest failed: %s\n",
-                link ? "link down, receives only" : "process killed mid-transfer", ops.size(), ended_ok,
-                s.conn.failure_reason().message().c_str());
-    std::printf("dead_peer twonode (%s): detected in %lld ms, bound %lld ms\n", link ? "link" : "kill",
+                !link     ? "process killed mid-transfer"
+                : traffic ? "link down mid-transfer"
+                          : "link down, receives only",
+                ops.size(), ended_ok, s.conn.failure_reason().message().c_str());
+    std::printf("dead_peer twonode (%s): detected in %lld ms, bound %lld ms\n",
+                !link     ? "kill"
+                : traffic ? "link, traffic"
+                          : "link, receives only",
                 static_cast<long long>(took.count()), static_cast<long long>(bound.count()));
     require(took <= bound, "detection took longer than detection_bound()");
   }
@@ -178,15 +185,18 @@ int survivor(bool link, const std::string& peer) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "--help" || (mode != "--kill" && mode != "--link")) {
-    std::printf("usage: dead_peer --kill|--link   (RDX_NODE=0: victim, 1: survivor of RDX_PEER_ADDR)\n");
+  if (mode == "--help" || (mode != "--kill" && mode != "--link" && mode != "--link-traffic")) {
+    std::printf(
+        "usage: dead_peer --kill|--link|--link-traffic   (RDX_NODE=0: victim, 1: survivor of "
+        "RDX_PEER_ADDR)\n");
     return mode == "--help" ? 0 : 2;
   }
   const char* node = std::getenv("RDX_NODE");
   const char* peer = std::getenv("RDX_PEER_ADDR");
   try {
-    if (node != nullptr && std::string(node) == "0") return victim(mode == "--link");
-    return survivor(mode == "--link", peer != nullptr ? peer : "");
+    const bool link = mode != "--kill";
+    if (node != nullptr && std::string(node) == "0") return victim(link);
+    return survivor(link, mode != "--link", peer != nullptr ? peer : "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dead_peer: %s\n", e.what());
     return 1;
