@@ -84,6 +84,22 @@ void count_log(std::string_view m) noexcept {
   ++logged;
 }
 
+// Runs destroy() with count_log installed: how long it took and what it logged.
+struct teardown {
+  std::chrono::milliseconds took;
+  int logged;
+};
+template <class F>
+teardown timed_teardown(F&& destroy) {
+  const auto old_hook = rdx::set_log_hook(&count_log);
+  logged = 0;
+  const auto t0 = clk::now();
+  destroy();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0);
+  rdx::set_log_hook(old_hook);
+  return {took, logged.load()};
+}
+
 }  // namespace
 
 TEST_CASE("connection destroyed before its pending operations: each ends once, aborted", "[lifetime]") {
@@ -106,15 +122,11 @@ TEST_CASE("connection destroyed before its pending operations: each ends once, a
   }(awaited, resumed);
   REQUIRE(sends[3].wait(10s) == std::error_code{});
 
-  const auto old_hook = rdx::set_log_hook(&count_log);
-  logged = 0;
-  const auto t0 = clk::now();
-  s->a.reset();  // pending: two deferred sends, a receive, a notification wait
-  const auto teardown = clk::now() - t0;
-  rdx::set_log_hook(old_hook);
-  INFO("teardown took " << std::chrono::duration_cast<std::chrono::milliseconds>(teardown).count() << " ms");
-  CHECK(logged == 0);       // the drain did not time out, no destroy failed
-  CHECK(teardown < 500ms);  // bounded by drain_timeout (2 s), and far below it
+  // Pending: two deferred sends, a receive, a notification wait.
+  const teardown a = timed_teardown([&] { s->a.reset(); });
+  INFO("teardown took " << a.took.count() << " ms");
+  CHECK(a.logged == 0);   // the drain did not time out, no destroy failed
+  CHECK(a.took < 500ms);  // bounded by drain_timeout (2 s), and far below it
 
   for (int i = 0; i < 4; ++i) CHECK(sends[i].ok());
   CHECK(sends[4].error() == rdx::errc::operation_aborted);
@@ -133,13 +145,9 @@ TEST_CASE("connection destroyed before its pending operations: each ends once, a
   // Destroying the operations now touches nothing (ASan would tell).
   sends.clear();
   // b reported credits with unsignaled writes: its teardown must still be quick.
-  const auto old_hook2 = rdx::set_log_hook(&count_log);
-  const auto t1 = clk::now();
-  s.reset();
-  const auto teardown_b = clk::now() - t1;
-  rdx::set_log_hook(old_hook2);
-  CHECK(logged == 0);
-  CHECK(teardown_b < 500ms);
+  const teardown b = timed_teardown([&] { s.reset(); });
+  CHECK(b.logged == 0);
+  CHECK(b.took < 500ms);
   guard.check();
 }
 
@@ -154,12 +162,11 @@ TEST_CASE("a connection destroyed with a write in flight drains before deregiste
     rdx::registered_buffer<std::byte> src(s.pd, 1 << 20);
     auto op = w.write(src, 0);  // 256 chunks over two queue pairs: partly deferred
     CHECK(op.deferred());
-    const auto old_hook = rdx::set_log_hook(&count_log);
-    logged = 0;
-    s.a.reset();
-    s.b.reset();
-    rdx::set_log_hook(old_hook);
-    CHECK(logged == 0);
+    const teardown t = timed_teardown([&] {
+      s.a.reset();
+      s.b.reset();
+    });
+    CHECK(t.logged == 0);
     CHECK(op.done());
     CHECK((op.ok() || op.error() == rdx::errc::operation_aborted));
   }
@@ -456,14 +463,9 @@ TEST_CASE("teardown after unsignaled requests that already finished is quick", "
   }
   std::this_thread::sleep_for(200ms);  // the NIC finishes them; the last three leave no completion
   CHECK(s.a->outstanding() >= 3);
-  const auto old_hook = rdx::set_log_hook(&count_log);
-  logged = 0;
-  const auto t0 = clk::now();
-  s.a.reset();
-  const auto took = clk::now() - t0;
-  rdx::set_log_hook(old_hook);
-  INFO("teardown took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
-  CHECK(logged == 0);
-  CHECK(took < 500ms);
+  const teardown t = timed_teardown([&] { s.a.reset(); });
+  INFO("teardown took " << t.took.count() << " ms");
+  CHECK(t.logged == 0);
+  CHECK(t.took < 500ms);
   CHECK(std::memcmp(target.data(), src.data(), 64 * 8) == 0);  // the detached writes landed
 }

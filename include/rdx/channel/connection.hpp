@@ -252,20 +252,7 @@ inline std::error_code operation::wait_until(std::chrono::steady_clock::time_poi
                                              wait_mode mode) noexcept {
   if (done_) return ec_;
   if (conn_ == nullptr) return make_error_code(errc::not_ready);
-  detail::engine& e = *conn_;
-  if (mode == wait_mode::events) {
-    std::error_code ec = e.run_until(deadline, mode, this);
-    return done_ ? ec_ : ec;
-  }
-  // Busy polling: the loop a raw-verbs user writes, with a look at the clock
-  // every 64 polls.
-  e.cover_all();
-  for (unsigned spins = 1;; ++spins) {
-    e.progress();
-    if (done_) return ec_;
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline)
-      return make_error_code(errc::timed_out);
-  }
+  return static_cast<detail::engine&>(*conn_).run_until(deadline, mode, this);
 }
 
 inline bool operation::cancel() noexcept {

@@ -51,8 +51,7 @@ public:
         peer_(peer_bounce),
         opt_(options),
         timeout_(timeout),
-        sq_(qp, std::max<std::uint32_t>(2, qp.caps().max_send_wr),
-            std::max<std::uint32_t>(1, std::max<std::uint32_t>(2, qp.caps().max_send_wr) / 2)) {
+        sq_(qp, send_depth(qp), send_depth(qp) / 2) {
     if (!contains(peer_, 0, opt_.chunk_bytes * opt_.depth)) {
       rdx::detail::throw_rdx(errc::invalid_argument,
                              "staged_rdma: the peer's bounce buffers (" + std::to_string(peer_.length) +
@@ -128,6 +127,10 @@ private:
     if (static_cast<const void*>(pipe.bounce_buffers().data()) != bounce_.addr()) {
       rdx::detail::throw_rdx(errc::invalid_argument, "staged_rdma: the bounce region is not the pipeline's");
     }
+  }
+  // The send-queue engine's depth: the queue pair's send queue (2 at least).
+  static std::uint32_t send_depth(const queue_pair& qp) noexcept {
+    return std::max<std::uint32_t>(2, qp.caps().max_send_wr);
   }
   [[noreturn]] static void fail(const char* what, std::size_t chunk, const std::string& why) {
     rdx::detail::throw_rdx(errc::operation_failed, std::string("staged transfer: ") + what + " " +

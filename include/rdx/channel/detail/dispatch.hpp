@@ -137,11 +137,10 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
   // Liveness: receives (or deferred sends) wait and nothing is in flight
   // that would notice a dead peer by itself.
   if (!connected_ || failed_ || !something_waits() || sqs_[0].outstanding() != 0) {
-    idle_clock_ = false;
+    idle_since_ = {};
     return;
   }
-  if (!idle_clock_) {
-    idle_clock_ = true;
+  if (idle_since_ == std::chrono::steady_clock::time_point{}) {
     idle_since_ = now;
   } else if (now - idle_since_ >= attr_.keepalive) {
     (void)sqs_[0].probe();
@@ -158,7 +157,7 @@ inline void engine::fail(std::error_code ec) noexcept {
   to_error();
   while (!deferred_.empty()) {
     operation& op = *deferred_.pop();
-    if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+    release_slot(op.p_);
     if (!op.ec_) op.ec_ = ec;
     if (op.pending_ == 0) complete(op);
   }

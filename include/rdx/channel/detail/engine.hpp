@@ -114,7 +114,6 @@ public:
   inline void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                             bool exact) noexcept;
   inline void start_notification(operation& op) noexcept;
-  [[nodiscard]] std::uint32_t message_capacity() const noexcept { return attr_.message_size; }
 
 protected:
   static constexpr std::uint32_t atomic_slots = 64;
@@ -161,8 +160,7 @@ protected:
   std::uint64_t rr_ = 0;
   std::uint32_t idle_polls_ = 0;
   std::uint32_t ticks_ = 0;
-  std::chrono::steady_clock::time_point idle_since_{};
-  bool idle_clock_ = false;
+  std::chrono::steady_clock::time_point idle_since_{};  // empty: the idle clock is not running
   std::atomic<std::uint32_t> stop_requests_{0};
   std::uint32_t stops_seen_ = 0;
   int wake_fd_ = -1;
@@ -196,6 +194,16 @@ protected:
       default: return ready_;
     }
   }
+  [[nodiscard]] bool sends_outstanding() const noexcept {
+    for (const auto& q : sqs_) {
+      if (q.outstanding() != 0) return true;
+    }
+    return false;
+  }
+  // A deferred send's staging buffer goes back to the free list.
+  void release_slot(op_params& p) noexcept {
+    if (p.slot != no_slot) free_staging_.push(std::exchange(p.slot, no_slot));
+  }
   [[nodiscard]] bool something_waits() const noexcept {
     return !receives_.empty() || !notifications_.empty() || !deferred_.empty();
   }
@@ -204,6 +212,7 @@ protected:
   inline post_result post_some(operation& op) noexcept;
   inline void pump() noexcept;
   inline void defer(operation& op) noexcept;
+  inline void submit(operation& op) noexcept;
   [[nodiscard]] inline bool take_staging(std::uint32_t& slot) noexcept;
 };
 
@@ -337,7 +346,7 @@ inline int engine::progress() noexcept {
   const int handled = poll_once();
   if (handled > 0) {
     idle_polls_ = 0;
-    idle_clock_ = false;
+    idle_since_ = {};
   }
   if (!deferred_.empty()) pump();
   if (ring_.report_due() && connected_ && !failed_) report_credits();
@@ -353,26 +362,30 @@ inline int engine::progress() noexcept {
   return handled;
 }
 
+// Drives progress until op ends (or, without op, the connection fails) or
+// the deadline passes. Busy polling looks at the clock every 64 polls.
 inline std::error_code engine::run_until(std::chrono::steady_clock::time_point deadline, wait_mode mode,
                                          const operation* op) noexcept {
+  auto finished = [&] { return op != nullptr ? op->done() : failed_; };
+  auto result = [&] { return op != nullptr ? op->error() : failure_; };
   cover_all();
-  unsigned spins = 0;
-  for (;;) {
-    if (op != nullptr && op->done()) return op->error();
-    if (op == nullptr && failed_) return failure_;
-    if (mode == wait_mode::events) {
+  if (mode == wait_mode::events) {
+    while (!finished()) {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return make_error_code(errc::timed_out);
       std::error_code ec = wait_event(left);
       if (ec && ec != errc::timed_out) return ec;
-      continue;
     }
+    return result();
+  }
+  for (unsigned spins = 1; !finished(); ++spins) {
     progress();
-    if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) {
-      if (op == nullptr || !op->done()) return make_error_code(errc::timed_out);
+    if (spins % 64 == 0 && !finished() && std::chrono::steady_clock::now() >= deadline) {
+      return make_error_code(errc::timed_out);
     }
   }
+  return result();
 }
 
 inline void engine::cover_all() noexcept {

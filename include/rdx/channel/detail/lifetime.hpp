@@ -15,7 +15,7 @@ namespace rdx::detail {
 inline void engine::forget(operation& op) noexcept {
   thread_check::scope guard(thread_, "destroying or canceling an operation");
   if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
-  if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+  release_slot(op.p_);
   if (op.pending_ != 0) {
     repoint(op, nullptr);
     op.pending_ = 0;
@@ -74,9 +74,7 @@ inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   cover_all();
   for (unsigned spins = 0;; ++spins) {
-    bool busy = false;
-    for (const auto& q : sqs_) busy = busy || q.outstanding() != 0;
-    if (!busy) return {};
+    if (!sends_outstanding()) return {};
     progress();
     if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline)
       return make_error_code(errc::timed_out);
@@ -97,7 +95,7 @@ inline void engine::shut_down() noexcept {
   for (op_fifo* f : {&deferred_, &receives_, &notifications_}) {
     while (!f->empty()) {
       operation& op = *f->pop();
-      if (op.p_.slot != no_slot) free_staging_.push(std::exchange(op.p_.slot, no_slot));
+      release_slot(op.p_);
       op.ec_ = aborted;
       if (op.pending_ == 0) complete(op);
     }
@@ -107,9 +105,7 @@ inline void engine::shut_down() noexcept {
   to_error();
   const auto deadline = std::chrono::steady_clock::now() + attr_.drain_timeout;
   for (unsigned spins = 0;; ++spins) {
-    bool busy = ring_.posted() != 0;
-    for (const auto& q : sqs_) busy = busy || q.outstanding() != 0;
-    if (!busy) break;
+    if (ring_.posted() == 0 && !sends_outstanding()) break;
     poll_once();
     if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) {
       report_destroy_failure("connection: draining its queue pairs after error (drain_timeout)", ETIMEDOUT);

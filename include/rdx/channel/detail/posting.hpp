@@ -35,6 +35,12 @@ inline void engine::defer(operation& op) noexcept {
   cover_all();
 }
 
+// Posts op now, or defers it behind those already waiting (NIC order is
+// start order).
+inline void engine::submit(operation& op) noexcept {
+  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+}
+
 // A staging buffer for a send. When all are in flight, the oldest come back
 // with the NIC's acknowledgements (never with the peer application's
 // progress), so this waits for the NIC, bounded by the retry budget; when
@@ -60,7 +66,7 @@ inline void engine::start_rdma(operation& op, op_kind kind, std::uint64_t laddr,
   if (!usable(op)) return;
   if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey};
-  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+  submit(op);
 }
 
 inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey,
@@ -69,7 +75,7 @@ inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, s
   op.kind_ = cas ? op_kind::compare_swap : op_kind::fetch_add;
   if (!usable(op)) return;
   op.p_ = op_params{.raddr = raddr, .length = 8, .a = a, .b = b, .rkey = rkey};
-  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+  submit(op);
 }
 
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
@@ -108,7 +114,7 @@ inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32
   op.kind_ = op_kind::notify;
   if (!usable(op)) return;
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
-  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+  submit(op);
 }
 
 inline void engine::start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
@@ -205,7 +211,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
   }
   if (ec) {
     // What was posted finishes on its own; the rest fails here.
-    if (p.slot != no_slot) free_staging_.push(std::exchange(p.slot, no_slot));
+    release_slot(p);
     if (!op.ec_) op.ec_ = ec;
     if (op.pending_ == 0) op.done_ = true;
     return post_result::failed;
