@@ -469,3 +469,21 @@ TEST_CASE("teardown after unsignaled requests that already finished is quick", "
   CHECK(t.took < 500ms);
   CHECK(std::memcmp(target.data(), src.data(), 64 * 8) == 0);  // the detached writes landed
 }
+
+TEST_CASE("a peer credit count that claims more than was sent fails the connection", "[dead_peer]") {
+  sides s;
+  rdx::channel<std::uint64_t> ta(*s.a);
+  // b writes an impossible consumed count (1000; a sent nothing) into a's
+  // credit word, the way a hostile peer could.
+  const rdx::window_descriptor word{s.a->local_info().credit_word, rdx::rights::write, 8};
+  rdx::remote_window<std::uint64_t, rdx::rights::write> forge(*s.b, word);
+  rdx::registered_buffer<std::uint64_t> bogus(s.pd, 1);
+  bogus[0] = 1000;
+  auto w = forge.write(bogus, 0);
+  REQUIRE(wait_both(s, w) == std::error_code{});
+  auto sent = ta.send(1);
+  REQUIRE(wait_both(s, sent) == rdx::errc::protocol_error);
+  CHECK(s.a->failed());
+  CHECK(s.a->failure_reason() == rdx::errc::protocol_error);
+  CHECK(s.b->messages_waiting() == 0);  // nothing was sent on the forged credit
+}
