@@ -33,6 +33,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
+  clang-14 libclang-rt-14-dev
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -211,6 +212,7 @@ run_tests() {
   phase_done tests
   summarize "$list" "$junit" "rdx test summary (preset $PRESET)" || rc=1
   run_sanitizer_tests || rc=1
+  run_fuzz_tests || rc=1
   return "$rc"
 }
 
@@ -233,6 +235,21 @@ run_sanitizer_tests() {
   ctest --preset tsan -R '^threads_loopback$' --output-junit "$t/ctest-junit.xml" || rc=$?
   summarize "$t/ctest-tests.json" "$t/ctest-junit.xml" "rdx test summary (preset tsan, threads)" || rc=1
   phase_done tsan
+  return "$rc"
+}
+
+# The libFuzzer targets (preset fuzz, clang): each over its seed corpus, then
+# a short bounded run (RDX_FUZZ_SECONDS, 10 s by default), in parallel.
+run_fuzz_tests() {
+  local rc=0 f="$ROOT/build/fuzz"
+  log "fuzzing: libFuzzer targets, seed corpora and a short run each (preset fuzz)"
+  cd "$ROOT"
+  { cmake --preset fuzz && cmake --build --preset fuzz -j "$JOBS"; } >"$f.build.log" 2>&1 ||
+    { tail -n 60 "$f.build.log" >&2; echo "fuzz build failed; full log: $f.build.log" >&2; return 1; }
+  ctest --preset fuzz -L fuzz --show-only=json-v1 >"$f/ctest-tests.json"
+  ctest --preset fuzz -L fuzz -j "$JOBS" --output-junit "$f/ctest-junit.xml" || rc=$?
+  summarize "$f/ctest-tests.json" "$f/ctest-junit.xml" "rdx test summary (preset fuzz, libFuzzer)" || rc=1
+  phase_done fuzz
   return "$rc"
 }
 

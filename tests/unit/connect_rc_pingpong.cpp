@@ -266,3 +266,18 @@ TEST_CASE("rc_pingpong: damaged messages parse to the same text or fail cleanly"
     }
   }
 }
+
+TEST_CASE("rc_pingpong: check_done takes exactly \"done\" and a NUL") {
+  rcp::check_done(rcp::done_message);
+  const char bad[5] = {'d', 'o', 'n', 'E', '\0'};
+  const char short_done[4] = {'d', 'o', 'n', 'e'};
+  for (std::span<const char> in : {std::span<const char>(bad), std::span<const char>(short_done)}) {
+    try {
+      rcp::check_done(in);
+      FAIL("accepted a wrong \"done\"");
+    } catch (const rdx::error& e) {
+      CHECK(e.code() == rdx::errc::wire_format);
+      CHECK(std::string(e.what()).find("expected \"done\"") != std::string::npos);
+    }
+  }
+}

@@ -12,9 +12,9 @@
 // uses 1024 unless given -m).
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/endpoint.hpp>
 
 #include <array>
 #include <chrono>
@@ -136,6 +136,15 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
   return ep;
 }
 
+//! Checks the client's closing message: exactly "done" and a NUL.
+//! @throws rdx::error (errc::wire_format) showing what came instead.
+inline void check_done(std::span<const char> in) {
+  if (in.size() != done_message.size() || std::memcmp(in.data(), done_message.data(), in.size()) != 0) {
+    detail::fail("expected \"done\" and a NUL after the addresses, got \"" + detail::printable(in) + "\" (" +
+                 std::to_string(in.size()) + " bytes)");
+  }
+}
+
 //! Client role: sends this side's address, reads the server's, sends "done".
 //! The server has its queue pair at RTR when this returns; connect the local
 //! one to the returned endpoint, then send first.
@@ -163,8 +172,7 @@ endpoint server_exchange(const tcp::socket& s, const endpoint& local, Connect&& 
   s.send_all(std::as_bytes(std::span(out)), deadline, "send address (ibv_rc_pingpong format)");
   std::array<char, done_message.size()> done{};
   s.recv_exact(std::as_writable_bytes(std::span(done)), deadline, "receive \"done\"");
-  if (done != done_message)
-    detail::fail("expected \"done\" and a NUL after the addresses, got \"" + detail::printable(done) + "\"");
+  check_done(done);
   return remote;
 }
 

@@ -1,0 +1,125 @@
+// Writes the fuzz targets' seed corpora: valid messages made by rdx's own
+// encoders, plus a few near misses that lead into the decoders' branches.
+//   fuzz_seed_writer <dir>   writes <dir>/<target>/<seed>
+// tests/fuzz/corpus holds its output; the fuzz_seeds test checks that the
+// committed files are still what the encoders make.
+#include <rdx/connect/rc_pingpong_exchange.hpp>
+#include <rdx/connect/settings.hpp>
+#include <rdx/connect/wire.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace w = rdx::wire;
+namespace rcp = rdx::rc_pingpong;
+
+void write(const fs::path& dir, const std::string& name, std::span<const std::byte> bytes) {
+  fs::create_directories(dir);
+  std::ofstream f(dir / name, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) {
+    throw std::runtime_error("cannot write " + (dir / name).string());
+  }
+}
+
+void write(const fs::path& dir, const std::string& name, std::span<const char> text) {
+  write(dir, name, std::as_bytes(text));
+}
+
+rdx::endpoint roce_endpoint() {
+  rdx::endpoint e;
+  const unsigned char gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 7, 2};
+  std::memcpy(e.gid.raw, gid, sizeof gid);
+  e.qpn = 0x000123;
+  e.psn = 0xabcdef;
+  e.mtu = IBV_MTU_4096;
+  e.port = 1;
+  e.gid_index = 3;
+  return e;
+}
+
+rdx::endpoint ib_endpoint() {
+  rdx::endpoint e;
+  e.lid = 0x001a;
+  e.qpn = 0xffffff;
+  e.psn = 0;
+  e.mtu = IBV_MTU_256;
+  e.port = 2;
+  return e;
+}
+
+std::vector<rdx::remote_descriptor> descriptors(std::size_t n) {
+  std::vector<rdx::remote_descriptor> d(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    d[i] = {.addr = 0x7f3a00000000ull + (i << 20),
+            .rkey = 0x1000u + static_cast<std::uint32_t>(i),
+            .length = 4096ull << (i % 12)};
+  }
+  return d;
+}
+
+void wire_seeds(const fs::path& dir) {
+  write(dir, "endpoint", w::encode(roce_endpoint()));
+  write(dir, "endpoint_ib_1_descriptor", w::encode(ib_endpoint(), descriptors(1)));
+  write(dir, "endpoint_4_descriptors", w::encode(roce_endpoint(), descriptors(4)));
+  // The descriptor that ends exactly at the top of the address space.
+  const rdx::remote_descriptor top{.addr = 0xfffffffffffff000ull, .rkey = 7, .length = 0x1000};
+  write(dir, "endpoint_top_descriptor", w::encode(roce_endpoint(), std::span(&top, 1)));
+  write(dir, "endpoint_256_descriptors", w::encode(roce_endpoint(), descriptors(w::max_descriptors)));
+  // Foreign peers the decoder names: ibv_rc_pingpong's text, a settings block.
+  write(dir, "foreign_rc_pingpong", rcp::format(roce_endpoint()));
+  write(dir, "foreign_settings",
+        w::encode_settings({.queue_pairs = 1, .recv_depth = 64, .message_size = 4096}));
+}
+
+void rc_pingpong_seeds(const fs::path& dir) {
+  write(dir, "address_roce", rcp::format(roce_endpoint()));
+  write(dir, "address_ib", rcp::format(ib_endpoint()));
+  rcp::message_t upper = rcp::format(roce_endpoint());
+  for (char& c : upper) {
+    if (c >= 'a' && c <= 'f') {
+      c = static_cast<char>(c - 'a' + 'A');
+    }
+  }
+  write(dir, "address_upper_case", upper);
+  write(dir, "done", rcp::done_message);
+  write(dir, "foreign_rdx_endpoint", w::encode(roce_endpoint()));
+}
+
+void settings_seeds(const fs::path& dir) {
+  write(dir, "no_windows", w::encode_settings({.queue_pairs = 1, .recv_depth = 64, .message_size = 4096}));
+  write(dir, "three_windows",
+        w::encode_settings({.queue_pairs = 4,
+                            .recv_depth = 128,
+                            .message_size = 65536,
+                            .windows = {{1, 8}, {3, 64}, {7, 8}}}));
+  w::settings many{.queue_pairs = 64, .recv_depth = 1, .message_size = 1, .windows = {}};
+  for (std::uint32_t i = 0; i < w::max_settings_windows; ++i) {
+    many.windows.push_back({i % 8, 1u << (i % 13)});
+  }
+  write(dir, "255_windows", w::encode_settings(many));
+  write(dir, "foreign_endpoint", w::encode(roce_endpoint()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus directory>\n", argv[0]);
+    return 2;
+  }
+  const fs::path root = argv[1];
+  wire_seeds(root / "fuzz_wire");
+  rc_pingpong_seeds(root / "fuzz_rc_pingpong");
+  settings_seeds(root / "fuzz_settings");
+  return 0;
+}
