@@ -26,6 +26,8 @@ enum class errc {
   operation_aborted,   //!< the connection was closed or destroyed before the operation ended
   operation_canceled,  //!< cancel() or a stop request ended the operation
   protocol_error,      //!< the peer sent an impossible value (a credit count, a header)
+  //! set-up authentication refused the peer: its key, a nonce or the transcript
+  authentication_failed,
 };
 }  // namespace rdx
 
@@ -53,6 +55,7 @@ public:
       case errc::operation_aborted: return "operation aborted: its connection was closed";
       case errc::operation_canceled: return "operation canceled";
       case errc::protocol_error: return "protocol error: the peer sent an impossible value";
+      case errc::authentication_failed: return "authentication failed";
     }
     return "unknown rdx error";
   }

@@ -1,6 +1,7 @@
 // A consumer of rdx: includes the umbrella header, uses the error types and
 // links libibverbs through rdx::rdx. With RDX_CONSUMER_CM it also links
-// librdmacm through rdx::cm. Needs no RDMA device.
+// librdmacm through rdx::cm, with RDX_CONSUMER_AUTH OpenSSL's libcrypto
+// through rdx::auth. Needs no RDMA device.
 #include <rdx/rdx.hpp>
 
 #include <infiniband/verbs.h>
@@ -11,6 +12,12 @@
 
 #ifdef RDX_CONSUMER_CM
 #include <rdma/rdma_cma.h>
+#endif
+#ifdef RDX_CONSUMER_AUTH
+#include <rdx/auth/psk.hpp>
+
+#include <array>
+#include <cstddef>
 #endif
 
 int main() {
@@ -26,6 +33,13 @@ int main() {
   auto* create_channel = &rdma_create_event_channel;
   if (create_channel == nullptr) return 1;
   std::puts("consumer: rdx::cm linked");
+#endif
+#ifdef RDX_CONSUMER_AUTH
+  // Making a key fetches HMAC from libcrypto: the link is real.
+  const std::array<std::byte, 32> key{};
+  const rdx::auth::psk_key k(key);
+  if (k.size() != key.size()) return 1;
+  std::puts("consumer: rdx::auth linked");
 #endif
   std::printf("consumer: ok (%s: %s)\n", ec.category().name(), ec.message().c_str());
   return 0;

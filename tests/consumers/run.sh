@@ -2,7 +2,7 @@
 # Builds and runs a consumer project against rdx.
 #
 #   run.sh find_package     SRC WORK   install rdx into WORK/prefix, then
-#                                      find_package(rdx CONFIG) (and COMPONENTS cm)
+#                                      find_package(rdx CONFIG) (and COMPONENTS cm, auth)
 #   run.sh add_subdirectory SRC WORK   add_subdirectory(SRC)
 #
 # Fails when any step fails; exits 77 only when cmake or a compiler is missing.
@@ -41,6 +41,13 @@ case "$mode" in
       step cmake --build "$b"
       step "$b/consumer"
     done
+    # Where rdx::auth was installed (OpenSSL was found), the component resolves and links.
+    if [[ -f "$(dirname "$cfg")/rdxAuthTargets.cmake" ]]; then
+      b="$work/consumer-auth"
+      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" -DWITH_AUTH=ON
+      step cmake --build "$b"
+      step "$b/consumer"
+    fi
     # A component rdx does not have must make find_package fail.
     mkdir -p "$work/bogus"
     cat >"$work/bogus/CMakeLists.txt" <<'CML'

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <rdx/verbs/endpoint.hpp>
+#include <rdx/connect/authenticator.hpp>
 #include <rdx/connect/wire.hpp>
 #include <rdx/error.hpp>
 
@@ -128,12 +129,16 @@ public:
   socket() noexcept = default;
   //! Takes ownership of a connected socket descriptor.
   explicit socket(int fd, std::string peer = {}) noexcept : fd_(fd), peer_(std::move(peer)) {}
-  socket(socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)), peer_(std::move(o.peer_)) {}
+  socket(socket&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)),
+        peer_(std::move(o.peer_)),
+        recorder_(std::exchange(o.recorder_, nullptr)) {}
   socket& operator=(socket&& o) noexcept {
     if (this != &o) {
       close();
       fd_ = std::exchange(o.fd_, -1);
       peer_ = std::move(o.peer_);
+      recorder_ = std::exchange(o.recorder_, nullptr);
     }
     return *this;
   }
@@ -153,6 +158,29 @@ public:
     fd_ = -1;
   }
 
+  //! From now on send_all and recv_exact report every byte they move to `a`
+  //! (nullptr: to nobody), for an authenticator's transcript. It is const
+  //! because it changes no state of the connection, so set-up code that holds
+  //! a const socket can hook it. `a` must outlive the hook.
+  void record_with(authenticator* a) const noexcept { recorder_ = a; }
+  [[nodiscard]] authenticator* recorder() const noexcept { return recorder_; }
+
+  //! Hooks an authenticator into a socket for one scope, then restores the
+  //! previous hook. A null authenticator unhooks the socket for the scope.
+  class recording {
+  public:
+    recording(const socket& s, authenticator* a) noexcept : s_(s), previous_(s.recorder()) {
+      s.record_with(a);
+    }
+    recording(const recording&) = delete;
+    recording& operator=(const recording&) = delete;
+    ~recording() { s_.record_with(previous_); }
+
+  private:
+    const socket& s_;
+    authenticator* previous_;
+  };
+
   //! Sends all of `data` before `deadline`.
   //! @throws rdx::error (errc::timed_out, or the errno of a failed send)
   void send_all(std::span<const std::byte> data, clock::time_point deadline,
@@ -161,6 +189,9 @@ public:
     while (done < data.size()) {
       const ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
+        if (recorder_ != nullptr) {
+          recorder_->record(data.subspan(done, static_cast<std::size_t>(n)), true);
+        }
         done += static_cast<std::size_t>(n);
         continue;
       }
@@ -182,6 +213,9 @@ public:
     while (done < data.size()) {
       const ssize_t n = ::recv(fd_, data.data() + done, data.size() - done, MSG_DONTWAIT);
       if (n > 0) {
+        if (recorder_ != nullptr) {
+          recorder_->record(data.subspan(done, static_cast<std::size_t>(n)), false);
+        }
         done += static_cast<std::size_t>(n);
         continue;
       }
@@ -235,6 +269,7 @@ private:
 
   int fd_ = -1;
   std::string peer_;
+  mutable authenticator* recorder_ = nullptr;
 };
 
 //! A listening TCP socket. Move-only.

@@ -42,6 +42,8 @@
 namespace rdx::wire {
 
 inline constexpr std::uint32_t magic = 0x52445845;  // "RDXE"
+//! First word of every message of authenticated set-up (rdx/auth/detail/message.hpp).
+inline constexpr std::uint32_t auth_magic = 0x52445841;  // "RDXA"
 inline constexpr std::uint16_t version = 1;
 inline constexpr std::size_t header_size = 16;
 inline constexpr std::size_t endpoint_size = 32;
@@ -200,7 +202,9 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
   const std::uint32_t m = detail::get32(p);
   if (m != magic) {
     std::string w = "wrong magic " + detail::hex(m) + " (expected " + detail::hex(magic) + ", \"RDXE\")";
-    if (detail::looks_like_rc_pingpong(in))
+    if (m == auth_magic)
+      w += ": the peer wants authenticated set-up: give this side the pre-shared key";
+    else if (detail::looks_like_rc_pingpong(in))
       w += ": the peer speaks ibv_rc_pingpong's text format (use --rc-compat on this side)";
     else
       w += ": the peer is not an rdx program";
