@@ -37,13 +37,12 @@ bool accepted(F&& f, errc expected) {
   }
 }
 
-//! One input through a decoding check (the raw bytes) and an encoding check
-//! (the same bytes read as a value), for LLVMFuzzerTestOneInput.
-template <class Decoding, class Encoding>
-int decode_and_encode(const std::uint8_t* data, std::size_t size, Decoding decoding, Encoding encoding) {
+//! Runs every check on one input, for LLVMFuzzerTestOneInput: a decoding check
+//! reads the raw bytes, an encoding check reads them as a value to encode.
+template <class... Checks>
+int run_checks(const std::uint8_t* data, std::size_t size, Checks... checks) {
   const auto in = std::as_bytes(std::span(data, size));
-  decoding(in);
-  encoding(in);
+  (checks(in), ...);
   return 0;
 }
 

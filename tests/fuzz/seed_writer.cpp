@@ -3,16 +3,19 @@
 //   fuzz_seed_writer <dir>   writes <dir>/<target>/<seed>
 // tests/fuzz/corpus holds its output; the fuzz_seeds test checks that the
 // committed files are still what the encoders make.
+#include <rdx/auth/detail/message.hpp>
 #include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/settings.hpp>
 #include <rdx/connect/wire.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -110,6 +113,28 @@ void settings_seeds(const fs::path& dir) {
   write(dir, "foreign_endpoint", w::encode(roce_endpoint()));
 }
 
+void auth_seeds(const fs::path& dir) {
+  namespace ad = rdx::auth::detail;
+  std::array<std::byte, ad::body_size> body{};
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    body[i] = std::byte(0x5a ^ (i * 37));
+  }
+  std::array<std::byte, ad::message_size> m{};
+  ad::encode_message(ad::message_type::hello, body, m);
+  write(dir, "hello", m);
+  ad::encode_message(ad::message_type::proof, body, m);
+  write(dir, "proof", m);
+  ad::encode_message(ad::message_type::transcript_mac, body, m);
+  write(dir, "transcript_mac", m);
+  // Key texts: as `openssl rand -hex 32` prints one, spaced out in upper case, one byte too short.
+  const std::string hex32 = "3f9c0b7e41d2a86c5e17f0b39a4d6c2e8b1f7a05d3c9e6b24a8f1d0c7e3b5a96\n";
+  write(dir, "key_hex", std::span(hex32.data(), hex32.size()));
+  const std::string spaced = "3F9C 0B7E 41D2 A86C\t5E17 F0B3 9A4D 6C2E\r\n";
+  write(dir, "key_spaced_upper", std::span(spaced.data(), spaced.size()));
+  const std::string short_key = "3f9c0b7e41d2a86c5e17f0b39a4d6c";
+  write(dir, "key_too_short", std::span(short_key.data(), short_key.size()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,5 +146,6 @@ int main(int argc, char** argv) {
   wire_seeds(root / "fuzz_wire");
   rc_pingpong_seeds(root / "fuzz_rc_pingpong");
   settings_seeds(root / "fuzz_settings");
+  auth_seeds(root / "fuzz_auth");
   return 0;
 }
