@@ -4,10 +4,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <span>
+#include <stdexcept>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -42,6 +48,102 @@ void require_parse_error(const rcp::message_t& m, const std::string& needle) {
     CHECK(e.code() == rdx::errc::wire_format);
     CHECK(std::string(e.what()).find(needle) != std::string::npos);
   }
+}
+
+// Reads from a raw descriptor until `n` bytes or the end of the stream (or
+// an error); returns how many came.
+std::size_t read_raw(int fd, char* buf, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, buf + got, n - got);
+    if (r <= 0) {
+      break;
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+// Checks in the fake peer's thread, where Catch's assertions may not run:
+// a failure throws, and the future hands it to the test's thread.
+void must(bool ok, const char* what) {
+  if (!ok) {
+    throw std::runtime_error(std::string("fake peer: ") + what);
+  }
+}
+
+void write_all(int fd, const char* data, std::size_t n) {
+  must(::write(fd, data, n) == static_cast<ssize_t>(n), "write failed");
+}
+
+// Sends `bytes` one at a time, `gap` before each; stops at the first failed
+// send (the other side has closed).
+void trickle(int fd, std::span<const char> bytes, std::chrono::milliseconds gap) {
+  for (const char c : bytes) {
+    std::this_thread::sleep_for(gap);
+    if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) {
+      return;
+    }
+  }
+}
+
+constexpr char client_address[] = "0000:000abc:123456:00000000000000000000ffff0a4d0002";
+constexpr char server_address[] = "0000:000011:abcdef:00000000000000000000ffff0a4d0001";
+
+struct server_run {
+  std::error_code code;    // empty when server_exchange returned
+  std::string what;        // its message otherwise
+  bool connected = false;  // whether the connect step ran
+  std::size_t unread = 0;  // bytes of the server's that the fake client had not read itself
+  std::chrono::duration<double> elapsed{};
+};
+
+// Runs server_exchange (rdx's address is server_address) against a fake
+// client: `send(fd)` plays its part, then it reads what the server still
+// sends until the server closes. `on_connect` runs in the connect step.
+template <class Send, class OnConnect>
+server_run run_server(Send send, std::chrono::milliseconds timeout, OnConnect on_connect) {
+  auto l = rdx::tcp::listener::bind("127.0.0.1", 0);
+  auto peer = std::async(std::launch::async, [&] {
+    auto c = rdx::tcp::connect("127.0.0.1", l.port(), 5s);
+    send(c.native_handle());
+    char rest[2 * rcp::message_size];
+    return read_raw(c.native_handle(), rest, sizeof rest);
+  });
+  server_run r;
+  {
+    auto s = l.accept(5s);
+    const auto t0 = rdx::tcp::clock::now();
+    try {
+      (void)rcp::server_exchange(
+          s, roce_endpoint(),
+          [&](const rdx::endpoint& remote) {
+            r.connected = true;
+            on_connect(remote);
+          },
+          IBV_MTU_1024, timeout);
+    } catch (const rdx::error& e) {
+      r.code = e.code();
+      r.what = e.what();
+    }
+    r.elapsed = rdx::tcp::clock::now() - t0;
+  }  // closes the server's socket: the fake client's read ends
+  r.unread = peer.get();
+  return r;
+}
+
+template <class Send>
+server_run run_server(Send send, std::chrono::milliseconds timeout) {
+  return run_server(send, timeout, [](const rdx::endpoint&) {});
+}
+
+// The server failed with `code`, saying `needle`, and never connected.
+void require_failed_unconnected(const server_run& r, rdx::errc code, const std::string& needle) {
+  INFO(r.what);
+  REQUIRE(static_cast<bool>(r.code));
+  CHECK(r.code == code);
+  CHECK(r.what.find(needle) != std::string::npos);
+  CHECK_FALSE(r.connected);
 }
 
 }  // namespace
@@ -138,18 +240,12 @@ TEST_CASE("rc_pingpong: rdx server against ibv_rc_pingpong's client byte sequenc
   auto l = rdx::tcp::listener::bind("127.0.0.1", 0);
   auto peer = std::async(std::launch::async, [&] {
     auto s = rdx::tcp::connect("127.0.0.1", l.port(), 5s);
-    const char mine[] = "0000:000abc:123456:00000000000000000000ffff0a4d0002";
-    if (::write(s.native_handle(), mine, sizeof mine) != sizeof mine) {
+    if (::write(s.native_handle(), client_address, sizeof client_address) != sizeof client_address) {
       return std::string("write failed");
     }
     char theirs[rcp::message_size] = {};
-    std::size_t got = 0;
-    while (got < sizeof theirs) {
-      const ssize_t n = ::read(s.native_handle(), theirs + got, sizeof theirs - got);
-      if (n <= 0) {
-        return std::string("read failed");
-      }
-      got += static_cast<std::size_t>(n);
+    if (read_raw(s.native_handle(), theirs, sizeof theirs) != sizeof theirs) {
+      return std::string("read failed");
     }
     if (::write(s.native_handle(), "done", sizeof "done") != sizeof "done") {
       return std::string("write failed");
@@ -162,7 +258,7 @@ TEST_CASE("rc_pingpong: rdx server against ibv_rc_pingpong's client byte sequenc
   CHECK(remote.qpn == 0xabc);
   CHECK(remote.psn == 0x123456);
   CHECK(remote.gid.raw[15] == 2);
-  CHECK(peer.get() == "0000:000011:abcdef:00000000000000000000ffff0a4d0001");
+  CHECK(peer.get() == server_address);
 }
 
 // ibv_rc_pingpong's server: one read of 52 bytes, its answer, then a read
@@ -175,25 +271,12 @@ TEST_CASE("rc_pingpong: rdx client against ibv_rc_pingpong's server byte sequenc
   });
   auto s = l.accept(5s);
   char msg[rcp::message_size] = {};
-  std::size_t got = 0;
-  while (got < sizeof msg) {
-    const ssize_t n = ::read(s.native_handle(), msg + got, sizeof msg - got);
-    REQUIRE(n > 0);
-    got += static_cast<std::size_t>(n);
-  }
+  REQUIRE(read_raw(s.native_handle(), msg, sizeof msg) == sizeof msg);
   CHECK(std::string(msg) == "0000:000011:abcdef:00000000000000000000ffff0a4d0001");
   const char mine[] = "0000:000def:654321:00000000000000000000ffff0a4d0002";
   REQUIRE(::write(s.native_handle(), mine, sizeof mine) == sizeof mine);
   char done[rcp::message_size] = {};
-  std::size_t d = 0;
-  for (;;) {
-    const ssize_t n = ::read(s.native_handle(), done + d, sizeof done - d);
-    REQUIRE(n >= 0);
-    if (n == 0) {
-      break;
-    }
-    d += static_cast<std::size_t>(n);
-  }
+  const std::size_t d = read_raw(s.native_handle(), done, sizeof done);  // until the client closes
   CHECK(d == sizeof "done");
   CHECK(std::memcmp(done, "done", sizeof "done") == 0);
   const auto remote = client.get();
@@ -219,26 +302,130 @@ TEST_CASE("rc_pingpong: an rdx-format peer is refused at once, not after a timeo
   CHECK(rdx::tcp::clock::now() - t0 < 5s);
 }
 
-TEST_CASE("rc_pingpong: a server that gets no \"done\" reports it") {
+TEST_CASE("rc_pingpong: a server that gets no \"done\" reports it and does not connect") {
+  const auto r = run_server(
+      [](int fd) {
+        write_all(fd, client_address, sizeof client_address);
+        char in[rcp::message_size];
+        must(read_raw(fd, in, sizeof in) == sizeof in, "no answer");
+        write_all(fd, "nope", sizeof "nope");
+      },
+      5s);
+  require_failed_unconnected(r, rdx::errc::wire_format, "expected \"done\"");
+}
+
+// The server's connect step comes after the whole exchange: the fake client
+// has its answer and has sent "done" when it runs, and not before.
+TEST_CASE("rc_pingpong: the server connects only after its answer is out and \"done\" is in") {
+  std::atomic<bool> answered{false};
+  std::atomic<bool> done_sent{false};
+  std::atomic<bool> connected{false};
+  bool connected_before_done = true;
+  std::string answer;
+  const auto r = run_server(
+      [&](int fd) {
+        write_all(fd, client_address, sizeof client_address);
+        char in[rcp::message_size] = {};
+        must(read_raw(fd, in, sizeof in) == sizeof in, "no answer");
+        answer.assign(in, sizeof in - 1);
+        answered = true;
+        std::this_thread::sleep_for(300ms);  // time enough for a connect step that does not wait
+        connected_before_done = connected;
+        done_sent = true;
+        write_all(fd, "done", sizeof "done");
+      },
+      5s,
+      [&](const rdx::endpoint& remote) {
+        CHECK(answered.load());
+        CHECK(done_sent.load());
+        CHECK(remote.qpn == 0xabc);
+        connected = true;
+      });
+  INFO(r.what);
+  CHECK_FALSE(static_cast<bool>(r.code));
+  CHECK(r.connected);
+  CHECK_FALSE(connected_before_done);
+  CHECK(answer == server_address);
+}
+
+TEST_CASE("rc_pingpong: a malformed or partial address fails the server before any connect step") {
+  SECTION("a malformed address: no answer is sent") {
+    const auto r = run_server(
+        [](int fd) {
+          const char bad[] = "0000:000abc-123456:00000000000000000000ffff0a4d0002";
+          write_all(fd, bad, sizeof bad);
+        },
+        5s);
+    require_failed_unconnected(r, rdx::errc::wire_format, "expected ':' at byte 11");
+    CHECK(r.unread == 0);
+  }
+  SECTION("part of an address, then the client closes its side") {
+    const auto r = run_server(
+        [](int fd) {
+          write_all(fd, client_address, 30);
+          must(::shutdown(fd, SHUT_WR) == 0, "shutdown failed");
+        },
+        5s);
+    require_failed_unconnected(r, rdx::errc::wire_format, "peer closed the connection");
+    CHECK(r.unread == 0);
+  }
+  SECTION("part of an address, then silence") {
+    const auto r = run_server([](int fd) { write_all(fd, client_address, 30); }, 500ms);
+    require_failed_unconnected(r, rdx::errc::timed_out, "receive address");
+    CHECK(r.unread == 0);
+  }
+}
+
+// One deadline for the whole exchange, not a fresh one per step or per byte.
+TEST_CASE("rc_pingpong: a slow client meets the server's one deadline") {
+  SECTION("one byte per 100 ms does not extend it") {
+    const auto r =
+        run_server([](int fd) { trickle(fd, std::span(client_address, sizeof client_address), 100ms); }, 1s);
+    require_failed_unconnected(r, rdx::errc::timed_out, "receive address");
+    CHECK(r.elapsed >= 950ms);
+    CHECK(r.elapsed < 3s);
+  }
+  SECTION("steps that each fit in the timeout do not, together") {
+    // About 0.7 s for the address, then 0.5 s for "done": 1.2 s in all.
+    const auto r = run_server(
+        [](int fd) {
+          constexpr std::size_t late = 7;
+          write_all(fd, client_address, sizeof client_address - late);
+          trickle(fd, std::span(client_address + sizeof client_address - late, late), 100ms);
+          char in[rcp::message_size];
+          must(read_raw(fd, in, sizeof in) == sizeof in, "no answer");
+          trickle(fd, rcp::done_message, 100ms);
+        },
+        1s);
+    require_failed_unconnected(r, rdx::errc::timed_out, "receive \"done\"");
+    CHECK(r.elapsed >= 950ms);
+    CHECK(r.elapsed < 3s);
+  }
+}
+
+TEST_CASE("rc_pingpong: a slow server meets the client's one deadline") {
   auto l = rdx::tcp::listener::bind("127.0.0.1", 0);
-  auto peer = std::async(std::launch::async, [&] {
+  auto client = std::async(std::launch::async, [&] {
     auto s = rdx::tcp::connect("127.0.0.1", l.port(), 5s);
-    const auto m = rcp::format(roce_endpoint());
-    s.send_all(std::as_bytes(std::span(m)), rdx::tcp::clock::now() + 1s);
-    rcp::message_t in{};
-    s.recv_exact(std::as_writable_bytes(std::span(in)), rdx::tcp::clock::now() + 5s);
-    const char bad[5] = {'n', 'o', 'p', 'e', '\0'};
-    s.send_all(std::as_bytes(std::span(bad)), rdx::tcp::clock::now() + 1s);
+    const auto t0 = rdx::tcp::clock::now();
+    try {
+      (void)rcp::client_exchange(s, roce_endpoint(), IBV_MTU_1024, 1s);
+      return std::pair(std::string("returned"), rdx::tcp::clock::now() - t0);
+    } catch (const rdx::error& e) {
+      return std::pair(std::string(e.what()), rdx::tcp::clock::now() - t0);
+    }
   });
   auto s = l.accept(5s);
-  try {
-    (void)rcp::server_exchange(
-        s, roce_endpoint(), [](const rdx::endpoint&) {}, IBV_MTU_1024, 5s);
-    FAIL("accepted a wrong \"done\"");
-  } catch (const rdx::error& e) {
-    CHECK(std::string(e.what()).find("expected \"done\"") != std::string::npos);
-  }
-  peer.get();
+  char in[rcp::message_size];
+  REQUIRE(read_raw(s.native_handle(), in, sizeof in) == sizeof in);
+  trickle(s.native_handle(), std::span(server_address, sizeof server_address),
+          100ms);  // until the client closes
+  const auto [what, elapsed] = client.get();
+  INFO(what);
+  CHECK(what.find("receive address") != std::string::npos);
+  CHECK(what.find("timed out") != std::string::npos);
+  CHECK(elapsed >= 950ms);
+  CHECK(elapsed < 3s);
 }
 
 TEST_CASE("rc_pingpong: damaged messages parse to the same text or fail cleanly") {

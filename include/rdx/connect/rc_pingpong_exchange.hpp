@@ -5,9 +5,17 @@
 //   each side sends one 52-byte message, the text "LLLL:QQQQQQ:PPPPPP:GGGG...G"
 //   followed by a NUL byte: LID as 4 hex digits, QP number and PSN as 6 hex
 //   digits each, and the GID as 32 hex digits, its 16 raw bytes in order.
-//   The client sends first; the server reads it, brings its queue pair to
-//   RTR/RTS, then answers with its own; the client then sends "done" and its
-//   NUL (5 bytes) and closes the connection.
+//   The client sends first; the server reads it and answers with its own;
+//   the client then sends "done" and its NUL (5 bytes) and closes the
+//   connection.
+// ibv_rc_pingpong's server brings its queue pair to RTR/RTS before it answers;
+// rdx's server does so only once the exchange is complete (the client's
+// address checked, the answer sent, "done" checked), so a peer that breaks
+// off or sends garbage never gets this side's queue pair moved towards it.
+// Clients, ibv_rc_pingpong's included, connect and send after "done"; RC
+// retransmits until the server's queue pair is ready.
+// Each role runs under one deadline, taken when it starts: a slow peer cannot
+// stretch the exchange by trickling bytes or by taking each step just in time.
 // The path MTU is not exchanged: both sides must agree on it (ibv_rc_pingpong
 // uses 1024 unless given -m).
 #pragma once
@@ -145,9 +153,10 @@ inline void check_done(std::span<const char> in) {
   }
 }
 
-//! Client role: sends this side's address, reads the server's, sends "done".
-//! The server has its queue pair at RTR when this returns; connect the local
-//! one to the returned endpoint, then send first.
+//! Client role: sends this side's address, reads the server's, sends "done",
+//! all before one deadline `timeout` from now. Connect the local queue pair
+//! to the returned endpoint, then send first: an rdx server may reach RTR a
+//! little after this returns, and RC retransmits until it has.
 [[nodiscard]] inline endpoint client_exchange(const tcp::socket& s, const endpoint& local,
                                               ibv_mtu mtu = default_mtu,
                                               tcp::milliseconds timeout = tcp::default_timeout) {
@@ -159,20 +168,24 @@ inline void check_done(std::span<const char> in) {
   return remote;
 }
 
-//! Server role: reads the client's address, calls `connect(remote)` (which
-//! must bring the local queue pair to RTR and post its receives), sends this
-//! side's address, and waits for the client's "done".
+//! Server role: reads and parses the client's address, sends this side's,
+//! reads and checks the client's "done", all before one deadline `timeout`
+//! from now; only then calls `connect(remote)`, which must bring the local
+//! queue pair to RTR/RTS (post its receives before). A malformed, partial or
+//! late message throws before `connect` runs; so does anything wrong with
+//! this side's own address, before anything is read.
+//! @returns the client's endpoint, once `connect` has returned.
 template <std::invocable<const endpoint&> Connect>
 endpoint server_exchange(const tcp::socket& s, const endpoint& local, Connect&& connect,
                          ibv_mtu mtu = default_mtu, tcp::milliseconds timeout = tcp::default_timeout) {
   const auto deadline = tcp::clock::now() + timeout;
-  const endpoint remote = parse(detail::recv_address(s, deadline), mtu);
-  std::forward<Connect>(connect)(remote);
   const message_t out = format(local);
+  const endpoint remote = parse(detail::recv_address(s, deadline), mtu);
   s.send_all(std::as_bytes(std::span(out)), deadline, "send address (ibv_rc_pingpong format)");
   std::array<char, done_message.size()> done{};
   s.recv_exact(std::as_writable_bytes(std::span(done)), deadline, "receive \"done\"");
   check_done(done);
+  std::forward<Connect>(connect)(remote);
   return remote;
 }
 
