@@ -116,8 +116,11 @@ public:
     for (unsigned i = 0; i < nqp; ++i) {
       scq_.emplace_back(ctx_, cq_depth);
       rcq_.emplace_back(ctx_, cq_depth);
-      qp_.emplace_back(pd_, scq_[i], rcq_[i],
-                       rdx::queue_pair_attr{.max_send_wr = sq_depth, .max_recv_wr = rq_depth});
+      qp_.emplace_back(
+          pd_, scq_[i], rcq_[i],
+          rdx::queue_pair_attr{.max_send_wr = sq_depth,
+                               .max_recv_wr = rq_depth,
+                               .remote_access = rdx::access::remote_write | rdx::access::remote_read});
     }
   }
 
@@ -422,14 +425,14 @@ class chan_side {
 public:
   chan_side(const side& s, std::size_t region)
       : win_(rdx::make_window_buffer<std::byte, win_rights>(s.pd(), region)),
-        local_(s.pd(), region, rdx::access::local_write),
-        grant_(win_) {
+        local_(s.pd(), region, rdx::access::local_write) {
     for (unsigned k = 0; k < max_qps; ++k) {
       rdx::connection_attr a{.queue_pairs = k + 1,
                              .send_depth = sq_depth,
                              .recv_depth = chan_recv_depth,
                              .message_size = static_cast<std::uint32_t>(chan_message_size(region))};
       conn_[k] = std::make_unique<rdx::connection>(s.pd(), a);
+      grant_[k].emplace(*conn_[k], win_);  // a grant is per connection (its windows, per queue pair)
     }
   }
   chan_side(const chan_side&) = delete;
@@ -437,7 +440,9 @@ public:
 
   [[nodiscard]] rdx::connection& conn(unsigned qps) noexcept { return *conn_[qps - 1]; }
   [[nodiscard]] rdx::channel<std::byte>& channel() noexcept { return *ch_; }
-  [[nodiscard]] const rdx::window_descriptor& peer_window() const noexcept { return peer_; }
+  [[nodiscard]] const rdx::window_descriptor& peer_window(unsigned qps) const noexcept {
+    return peer_[qps - 1];
+  }
   [[nodiscard]] rdx::local_span<std::byte> local(std::size_t n) const noexcept {
     return rdx::local_span<std::byte>(local_).subspan(0, n);
   }
@@ -445,20 +450,22 @@ public:
 
   //! Two nodes: connects every connection through the peer's offer.
   void join(const rdx::tcp::socket& sock) {
-    const rdx::window_descriptor g = grant_.descriptor();
     for (unsigned k = 0; k < max_qps; ++k) {
+      const rdx::window_descriptor g = grant_[k]->descriptor();
       rdx::peer_offer offer = rdx::exchange_and_connect(sock, *conn_[k], std::span(&g, 1));
       if (offer.windows.size() != 1)
         fail("peer offered " + std::to_string(offer.windows.size()) + " windows");
-      peer_ = offer.windows[0];
+      peer_[k] = offer.windows[0];
     }
     ch_.emplace(*conn_[0]);
   }
   //! Loopback: connects two sides of this process.
   static void join_pair(chan_side& a, chan_side& b) {
     for (unsigned k = 0; k < max_qps; ++k) rdx::connect_pair(*a.conn_[k], *b.conn_[k]);
-    a.peer_ = b.grant_.descriptor();
-    b.peer_ = a.grant_.descriptor();
+    for (unsigned k = 0; k < max_qps; ++k) {
+      a.peer_[k] = b.grant_[k]->descriptor();
+      b.peer_[k] = a.grant_[k]->descriptor();
+    }
     a.ch_.emplace(*a.conn_[0]);
     b.ch_.emplace(*b.conn_[0]);
   }
@@ -466,10 +473,10 @@ public:
 private:
   rdx::registered_buffer<std::byte> win_;
   rdx::registered_buffer<std::byte> local_;
-  rdx::grant<std::byte, win_rights> grant_;
+  std::optional<rdx::grant<std::byte, win_rights>> grant_[max_qps];
   std::unique_ptr<rdx::connection> conn_[max_qps];
   std::optional<rdx::channel<std::byte>> ch_;
-  rdx::window_descriptor peer_{};
+  rdx::window_descriptor peer_[max_qps]{};
 };
 
 inline void check_op(std::error_code ec, const char* where) {
@@ -832,7 +839,7 @@ inline result run_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
 inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count,
                             unsigned qps) {
   chan_side& cs = f.client_chan();
-  rdx::remote_window<std::byte, win_rights> w(cs.conn(qps), cs.peer_window());
+  rdx::remote_window<std::byte, win_rights> w(cs.conn(qps), cs.peer_window(qps));
   const rdx::local_span<std::byte> local = cs.local(size);
   auto ring = std::make_unique<std::optional<rdx::operation>[]>(depth);
   rdx::connection& conn = cs.conn(qps);
@@ -928,7 +935,7 @@ inline result run_window_lat(fabric& f, op o, std::size_t size, std::uint64_t co
   const auto start = clk::now();
   if constexpr (std::is_same_v<Api, rdx_api>) {
     chan_side& cs = f.client_chan();
-    rdx::remote_window<std::byte, win_rights> w(cs.conn(1), cs.peer_window());
+    rdx::remote_window<std::byte, win_rights> w(cs.conn(1), cs.peer_window(1));
     const rdx::local_span<std::byte> local = cs.local(size);
     for (std::uint64_t i = 0; i < count; ++i) {
       const auto t0 = clk::now();

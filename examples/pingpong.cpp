@@ -631,7 +631,7 @@ int run_typed(const options& o) {
                                             .gid_index = o.gid_index});
   const std::size_t words = (o.size + 7) / 8 + 1;  // payload, then the sequence word
   auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
-  const rdx::grant<std::uint64_t, rdx::rights::write> g(mine);
+  const rdx::grant<std::uint64_t, rdx::rights::write> g(conn, mine);
   rdx::registered_buffer<std::uint64_t> out(pd, words);
   std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
               ctx.name().c_str(), conn.qp(0).port());

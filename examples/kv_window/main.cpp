@@ -148,8 +148,9 @@ int run(const options& o) {
       recs[i].version = 0;
       set_value(recs[i], initial_value(i));
     }
-    const rdx::grant<std::uint64_t, table_rights> words(table);
-    const rdx::grant<record, table_rights> as_records(table.region(), std::span<record>(recs, o.records));
+    const rdx::grant<std::uint64_t, table_rights> words(conn, table);
+    const rdx::grant<record, table_rights> as_records(conn, table.region(),
+                                                      std::span<record>(recs, o.records));
     const rdx::window_descriptor grants[] = {as_records.descriptor(), words.descriptor()};
     (void)rdx::exchange_and_connect(sock, conn, grants, o.timeout);
     std::printf("  connected to %s; waiting for the client\n", sock.peer().c_str());

@@ -2,12 +2,12 @@
 // replaced by a counting one; after a warm-up, thousands of window writes,
 // reads, atomics, channel sends and receives run in each completion mode
 // (wait, test, co_await, event mode) and the count must stay 0.
-#include "channel_support.hpp"
-
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+
+#include "channel_support.hpp"
 
 namespace {
 std::atomic<std::size_t> allocations{0};
@@ -18,22 +18,42 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n != 0 ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new[](std::size_t n) {
+  return ::operator new(n);
+}
 void* operator new(std::size_t n, std::align_val_t a) {
   allocations.fetch_add(1, std::memory_order_relaxed);
   const auto al = static_cast<std::size_t>(a);
   if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return ::operator new(n, a);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
 
 using namespace std::chrono_literals;
 using rdx::rights;
@@ -49,6 +69,8 @@ struct setup {
   channel_test::pair p;
   rdx::registered_buffer<std::uint64_t> target;
   rdx::registered_buffer<std::uint64_t> counters;
+  rdx::grant<std::uint64_t, rights::read | rights::write> target_grant;
+  rdx::grant<std::uint64_t, rights::atomic> counters_grant;
   rdx::remote_window<std::uint64_t, rights::read | rights::write> w;
   rdx::remote_window<std::uint64_t, rights::atomic> cw;
   rdx::registered_buffer<std::uint64_t> src, dst;
@@ -57,8 +79,10 @@ struct setup {
       : p(rdx::connection_attr{.recv_depth = 16, .message_size = 64, .events = events}),
         target(rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(p.pd, 64)),
         counters(rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 8)),
-        w(p.a, rdx::grant<std::uint64_t, rights::read | rights::write>(target).descriptor()),
-        cw(p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor()),
+        target_grant(p.b, target),
+        counters_grant(p.b, counters),
+        w(p.a, target_grant.descriptor()),
+        cw(p.a, counters_grant.descriptor()),
         src(p.pd, 64),
         dst(p.pd, 64),
         tx(p.a),
@@ -109,8 +133,8 @@ std::size_t measure(const char* mode, long warmup, long n, F&& run) {
   const std::size_t before = allocations.load();
   run(warmup, n);
   const std::size_t count = allocations.load() - before;
-  std::printf("%-10s %ld rounds (5 operations each) after %ld warm-up rounds: %zu heap allocations\n", mode, n, warmup,
-              count);
+  std::printf("%-10s %ld rounds (5 operations each) after %ld warm-up rounds: %zu heap allocations\n", mode,
+              n, warmup, count);
   return count;
 }
 
@@ -130,8 +154,7 @@ int main(int argc, char** argv) {
     total += measure("test", warmup, n, [&](long first, long count) {
       for (long i = first; i < first + count; ++i) {
         round(s, i, [](rdx::operation& op, rdx::connection&) {
-          while (!op.test()) {
-          }
+          while (!op.test()) {}
           return op.error();
         });
       }
@@ -151,15 +174,17 @@ int main(int argc, char** argv) {
         s.p.b.progress();
       }
       const std::size_t count = allocations.load() - after_frame;
-      std::printf("%-10s %ld rounds (5 operations each) after %ld warm-up rounds: %zu heap allocations "
-                  "(+%zu for the coroutine frame itself)\n",
-                  "co_await", n, warmup, count, after_frame - frame_before);
+      std::printf(
+          "%-10s %ld rounds (5 operations each) after %ld warm-up rounds: %zu heap allocations "
+          "(+%zu for the coroutine frame itself)\n",
+          "co_await", n, warmup, count, after_frame - frame_before);
       total += count;
     }
     setup e(true);
     total += measure("events", warmup, n, [&](long first, long count) {
       for (long i = first; i < first + count; ++i) {
-        round(e, i, [](rdx::operation& op, rdx::connection&) { return op.wait(20s, rdx::wait_mode::events); });
+        round(e, i,
+              [](rdx::operation& op, rdx::connection&) { return op.wait(20s, rdx::wait_mode::events); });
       }
     });
   } catch (const std::exception& ex) {

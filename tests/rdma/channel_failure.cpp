@@ -19,7 +19,8 @@ using rdx::rights;
 TEST_CASE("a write past the grant fails; every pending operation completes with an error") {
   pair p(rdx::connection_attr{.send_depth = 64, .signal_interval = 16, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 64);
-  const auto d = rdx::grant<std::uint64_t, rights::write>(target).descriptor();
+  rdx::grant<std::uint64_t, rights::write> g(p.b, target);
+  const auto d = g.descriptor();
   // The local check would refuse offset 100000: this window is told it is larger.
   auto w = rdx::remote_window<std::uint64_t, rights::write>::unchecked_for_testing(p.a, d, 1 << 20);
   rdx::remote_window<std::uint64_t, rights::write> checked(p.a, d);
@@ -69,12 +70,12 @@ TEST_CASE("a write to a revoked grant fails with the NIC's status; the connectio
   pair p(rdx::connection_attr{.recv_depth = 4});
   std::optional<rdx::registered_buffer<std::uint64_t>> target;
   target.emplace(rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512));
-  rdx::remote_window<std::uint64_t, rights::write> w(
-      p.a, rdx::grant<std::uint64_t, rights::write>(*target).descriptor());
+  rdx::grant<std::uint64_t, rights::write> w_grant(p.b, *target);
+  rdx::remote_window<std::uint64_t, rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 512);
   auto first = w.write(src, 0);
   REQUIRE(first.wait(20s) == std::error_code{});
-  target.reset();  // deregisters the region: its rkey is revoked
+  w_grant.revoke();  // the memory window is deallocated: its key is invalid
   auto op = w.write(src, 0);
   const std::error_code ec = op.wait(30s);
   INFO(ec.message());

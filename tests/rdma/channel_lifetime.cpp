@@ -157,8 +157,8 @@ TEST_CASE("a connection destroyed with a write in flight drains before deregiste
   {
     sides s({.queue_pairs = 2, .send_depth = 64, .signal_interval = 16, .recv_depth = 4, .chunk_size = 4096});
     auto target = rdx::make_window_buffer<std::byte, rdx::rights::write>(s.pd, 1 << 20);
-    rdx::remote_window<std::byte, rdx::rights::write> w(
-        *s.a, rdx::grant<std::byte, rdx::rights::write>(target).descriptor());
+    rdx::grant<std::byte, rdx::rights::write> w_grant(*s.b, target);
+    rdx::remote_window<std::byte, rdx::rights::write> w(*s.a, w_grant.descriptor());
     rdx::registered_buffer<std::byte> src(s.pd, 1 << 20);
     auto op = w.write(src, 0);  // 256 chunks over two queue pairs: partly deferred
     CHECK(op.deferred());
@@ -449,8 +449,8 @@ TEST_CASE("a peer that never posts receives: bounded, clear error", "[dead_peer]
 TEST_CASE("teardown after unsignaled requests that already finished is quick", "[lifetime]") {
   sides s;
   auto target = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(s.pd, 64);
-  rdx::remote_window<std::uint64_t, rdx::rights::write> w(
-      *s.a, rdx::grant<std::uint64_t, rdx::rights::write>(target).descriptor());
+  rdx::grant<std::uint64_t, rdx::rights::write> w_grant(*s.b, target);
+  rdx::remote_window<std::uint64_t, rdx::rights::write> w(*s.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint64_t> src(s.pd, 64);
   for (std::size_t i = 0; i < 64; ++i) src[i] = i + 1;
   {

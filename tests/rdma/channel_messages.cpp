@@ -2,8 +2,6 @@
 // receive with the data and order checked, oversize messages, notifications
 // (tag and byte count, in order), a slow receiver that never causes an RNR
 // (rnr_retry 0 would turn one into an error), and co_await on receives.
-#include "channel_support.hpp"
-
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -12,6 +10,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "channel_support.hpp"
 
 using namespace std::chrono_literals;
 using channel_test::pair;
@@ -30,7 +30,9 @@ record make_record(std::uint64_t i) {
   std::snprintf(r.text, sizeof r.text, "message %llu", static_cast<unsigned long long>(i));
   return r;
 }
-bool same(const record& a, const record& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same(const record& a, const record& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 // rnr_retry 0: a send that found no posted receive would fail at once.
 rdx::connect_options no_rnr_retry() {
@@ -120,7 +122,8 @@ TEST_CASE("notify: write with immediate, the receiver gets (tag, byte count) in 
   pair p(rdx::connection_attr{.recv_depth = 8, .message_size = 64}, no_rnr_retry());
   rdx::channel<std::uint32_t> a(p.a), b(p.b);
   auto target = rdx::make_window_buffer<std::uint32_t, rights::write>(p.pd, 1024);
-  rdx::remote_window<std::uint32_t, rights::write> w(p.a, rdx::grant<std::uint32_t, rights::write>(target).descriptor());
+  rdx::grant<std::uint32_t, rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint32_t, rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint32_t> src(p.pd, 1024);
   for (std::uint32_t i = 0; i < 1024; ++i) src[i] = i * 7 + 1;
   rdx::local_span<const std::uint32_t> s(src);
@@ -249,8 +252,10 @@ TEST_CASE("connections refuse a peer with other settings") {
   rdx::connection c(pd, rdx::connection_attr{.queue_pairs = 2, .recv_depth = 8});
   CHECK_THROWS_WITH(a.connect(b.local_info()), Catch::Contains("recv_depth is 8 here but 16"));
   CHECK_THROWS_WITH(a.connect(c.local_info()), Catch::Contains("queue_pairs is 1 here but 2"));
-  CHECK_THROWS_WITH(rdx::connection(pd, rdx::connection_attr{.signal_interval = 0}), Catch::Contains("signal_interval"));
-  CHECK_THROWS_WITH(rdx::connection(pd, rdx::connection_attr{.chunk_size = 1000}), Catch::Contains("chunk_size"));
+  CHECK_THROWS_WITH(rdx::connection(pd, rdx::connection_attr{.signal_interval = 0}),
+                    Catch::Contains("signal_interval"));
+  CHECK_THROWS_WITH(rdx::connection(pd, rdx::connection_attr{.chunk_size = 1000}),
+                    Catch::Contains("chunk_size"));
   // Before connect, operations fail at once with not_ready.
   rdx::channel<int> ch(a);
   auto s = ch.send(1);

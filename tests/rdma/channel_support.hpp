@@ -9,12 +9,22 @@
 #include <rdx/rdx.hpp>
 
 #include <coroutine>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <utility>
 
 namespace channel_test {
+
+//! The sub-range grant the trust tests use (loopback and two nodes): 64
+//! bytes at offset 4096 of a 1 MiB region, read and write.
+namespace trust_case {
+constexpr std::size_t region_bytes = 1 << 20;
+constexpr std::size_t grant_at = 4096;
+constexpr std::size_t grant_bytes = 64;
+constexpr auto rw = rdx::rights::read | rdx::rights::write;
+}  // namespace trust_case
 
 //! Exits 77 (ctest: skipped) with a reason when the host has no RDMA device.
 inline rdx::context open_device() {

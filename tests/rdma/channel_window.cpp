@@ -30,7 +30,7 @@ void fill(std::span<std::uint32_t> s, std::uint32_t seed) {
 TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
   pair p;
   auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 1024);
-  rdx::grant<std::uint32_t, rights::read | rights::write> g(target);
+  rdx::grant<std::uint32_t, rights::read | rights::write> g(p.b, target);
   rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, g.descriptor());
   CHECK(w.size() == 1024);
 
@@ -48,8 +48,8 @@ TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
 
   auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 8);
   counters[3] = 40;
-  rdx::remote_window<std::uint64_t, rights::atomic> cw(
-      p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  rdx::grant<std::uint64_t, rights::atomic> cw_grant(p.b, counters);
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, cw_grant.descriptor());
   auto fa = cw.fetch_add(3, 2);
   REQUIRE(fa.wait(20s) == std::error_code{});
   CHECK(fa.old_value() == 40);
@@ -67,8 +67,8 @@ TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
 TEST_CASE("bad ranges fail before anything is posted") {
   pair p;
   auto target = rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(p.pd, 64);
-  rdx::remote_window<std::uint64_t, rights::read | rights::write> w(
-      p.a, rdx::grant<std::uint64_t, rights::read | rights::write>(target).descriptor());
+  rdx::grant<std::uint64_t, rights::read | rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint64_t, rights::read | rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 128);
   rdx::local_span<std::uint64_t> s(src);
   const auto posted = p.a.posted_count();
@@ -101,8 +101,8 @@ TEST_CASE("bad ranges fail before anything is posted") {
 
   // Atomics: the index is checked the same way.
   auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(p.pd, 4);
-  rdx::remote_window<std::uint64_t, rights::atomic> cw(
-      p.a, rdx::grant<std::uint64_t, rights::atomic>(counters).descriptor());
+  rdx::grant<std::uint64_t, rights::atomic> cw_grant(p.b, counters);
+  rdx::remote_window<std::uint64_t, rights::atomic> cw(p.a, cw_grant.descriptor());
   auto fa = cw.fetch_add(4, 1);
   CHECK(fa.error() == rdx::errc::out_of_range);
   auto cs = cw.compare_swap(huge, 0, 1);
@@ -117,12 +117,19 @@ TEST_CASE("bad ranges fail before anything is posted") {
 TEST_CASE("grants carry exact rights; a window claims only granted rights") {
   pair p;
   rdx::registered_buffer<std::uint32_t> local_only(p.pd, 64);
+  rdx::registered_buffer<std::uint32_t> remote_rw(p.pd, 64,
+                                                  rdx::access::local_write | rdx::access::remote_write);
   auto ro = rdx::make_window_buffer<std::uint32_t, rights::read>(p.pd, 64);
-  // The region must grant exactly the rights of the grant, no more, no fewer.
-  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(local_only)),
-                    Catch::Contains("allows remote none"));
-  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::write>(ro)), Catch::Contains("exactly write"));
-  rdx::grant<std::uint32_t, rights::read> g(ro);
+  // The region needs no remote rights of its own (its rkey would reach all of it).
+  CHECK_FALSE((rdx::grant<std::uint32_t, rights::read>(p.b, local_only)).revoked());
+  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(p.b, remote_rw)),
+                    Catch::Contains("itself allows remote write"));
+  CHECK_THROWS_WITH((rdx::grant<std::uint32_t, rights::read>(p.b, ro.region(), std::span<std::uint32_t>())),
+                    Catch::Contains("zero elements"));
+  rdx::grant<std::uint32_t, rights::read> g(p.b, ro);
+  CHECK(g.backing() == rdx::grant_backing::memory_window);
+  CHECK(g.keys().size() == 1);
+  CHECK(g.keys()[0] != ro.region().rkey());
   CHECK(g.descriptor().granted == rights::read);
   CHECK(g.descriptor().element_size == 4);
   CHECK(g.descriptor().memory.length == 256);
@@ -158,8 +165,8 @@ TEST_CASE("striping: large writes and reads split in 512 KiB chunks over K queue
       pair p(rdx::connection_attr{.queue_pairs = k, .recv_depth = 4});
       constexpr std::size_t n = (2u << 20) / 4 + 1024;  // 2 MiB + 4 KiB of uint32
       auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, n + 2048);
-      rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
-          p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+      rdx::grant<std::uint32_t, rights::read | rights::write> w_grant(p.b, target);
+      rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, w_grant.descriptor());
       rdx::registered_buffer<std::uint32_t> src(p.pd, n), back(p.pd, n);
       fill(src.span(), k);
       const auto posted = p.a.posted_count();
@@ -183,8 +190,8 @@ TEST_CASE("striping: large writes and reads split in 512 KiB chunks over K queue
 TEST_CASE("selective signaling: one signaled request per 64, the send queue never overflows") {
   pair p(rdx::connection_attr{.send_depth = 32, .signal_interval = 16, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512);
-  rdx::remote_window<std::uint64_t, rights::write> w(
-      p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::grant<std::uint64_t, rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint64_t, rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 512);
   for (std::size_t i = 0; i < 512; ++i) src[i] = i * 3 + 1;
   rdx::local_span<const std::uint64_t> s(src);
@@ -219,8 +226,8 @@ TEST_CASE("selective signaling: one signaled request per 64, the send queue neve
 TEST_CASE("a stream of writes signals every interval and covers the tail when waited") {
   pair p(rdx::connection_attr{.send_depth = 256, .signal_interval = 64, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 4096);
-  rdx::remote_window<std::uint64_t, rights::write> w(
-      p.a, rdx::grant<std::uint64_t, rights::write>(target).descriptor());
+  rdx::grant<std::uint64_t, rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint64_t, rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint64_t> src(p.pd, 4096);
   for (std::size_t i = 0; i < 4096; ++i) src[i] = i ^ 0x5555;
   rdx::local_span<const std::uint64_t> s(src);
@@ -260,8 +267,8 @@ channel_test::task copy_by_coroutine(rdx::remote_window<std::uint32_t, rights::r
 TEST_CASE("co_await: operations complete in the coroutine frame, resumed by progress") {
   pair p;
   auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 256);
-  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
-      p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+  rdx::grant<std::uint32_t, rights::read | rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint32_t> src(p.pd, 256), dst(p.pd, 256);
   fill(src.span(), 3);
   int good = 0;
@@ -276,8 +283,8 @@ TEST_CASE("test() completes without blocking; event mode waits on the completion
   pair p(rdx::connection_attr{.recv_depth = 4, .events = true});
   CHECK(p.a.fd() >= 0);
   auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 256);
-  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(
-      p.a, rdx::grant<std::uint32_t, rights::read | rights::write>(target).descriptor());
+  rdx::grant<std::uint32_t, rights::read | rights::write> w_grant(p.b, target);
+  rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, w_grant.descriptor());
   rdx::registered_buffer<std::uint32_t> src(p.pd, 256), dst(p.pd, 256);
   for (int r = 0; r < 20; ++r) {
     fill(src.span(), static_cast<std::uint32_t>(r));

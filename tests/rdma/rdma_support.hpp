@@ -87,6 +87,12 @@ inline rdx::completion wait_one(rdx::completion_queue& cq,
   return c;
 }
 
+[[nodiscard]] inline rdx::queue_pair_attr all_rights(rdx::queue_pair_attr a) {
+  if (a.remote_access == rdx::access::none)
+    a.remote_access = rdx::access::remote_write | rdx::access::remote_read | rdx::access::remote_atomic;
+  return a;
+}
+
 //! Two RC queue pairs of one device, connected to each other.
 struct loopback {
   rdx::context ctx = open_device();
@@ -96,8 +102,9 @@ struct loopback {
   rdx::queue_pair a;
   rdx::queue_pair b;
 
+  //! Raw verbs tests: unless attr asks for some, the queue pairs allow every remote right.
   explicit loopback(rdx::queue_pair_attr attr = {}, rdx::connect_options opt = {})
-      : a(pd, cq_a, cq_a, attr), b(pd, cq_b, cq_b, attr) {
+      : a(pd, cq_a, cq_a, all_rights(attr)), b(pd, cq_b, cq_b, all_rights(attr)) {
     a.connect(b.local_endpoint(), opt);
     b.connect(a.local_endpoint(), opt);
   }

@@ -51,3 +51,22 @@ rdx_add_twonode_test(NAME dead_peer_link_twonode TIMEOUT 300
 rdx_add_twonode_test(NAME dead_peer_link_traffic_twonode TIMEOUT 300
   NODE0 $<TARGET_FILE:dead_peer> --link-traffic
   NODE1 $<TARGET_FILE:dead_peer> --link-traffic)
+
+# Least privilege on the fabric (docs/design.md, "Trust"): a sub-range grant
+# and a key on another connection refused by the NIC; revoke while the peer
+# writes; with rdx::auth, the pre-shared key between two nodes.
+add_executable(trust_peer ${CMAKE_CURRENT_LIST_DIR}/trust_peer.cpp)
+target_link_libraries(trust_peer PRIVATE rdx::rdx rdx_warnings)
+if(TARGET rdx::auth)
+  target_link_libraries(trust_peer PRIVATE rdx::auth)
+  target_compile_definitions(trust_peer PRIVATE RDX_TEST_AUTH=1)
+  rdx_add_twonode_test(NAME auth_twonode TIMEOUT 300
+    NODE0 $<TARGET_FILE:trust_peer> --auth
+    NODE1 $<TARGET_FILE:trust_peer> --auth)
+endif()
+rdx_add_twonode_test(NAME grant_twonode TIMEOUT 300
+  NODE0 $<TARGET_FILE:trust_peer> --grant
+  NODE1 $<TARGET_FILE:trust_peer> --grant)
+rdx_add_twonode_test(NAME revoke_twonode TIMEOUT 300
+  NODE0 $<TARGET_FILE:trust_peer> --revoke
+  NODE1 $<TARGET_FILE:trust_peer> --revoke)

@@ -43,8 +43,8 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
   rdx::channel<std::uint64_t> ch(conn);
   auto win = rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words);
   auto counters = rdx::make_window_buffer<std::uint64_t, rights::atomic>(pd, 16);
-  const rdx::grant<std::uint64_t, rights::read | rights::write> gw(win);
-  const rdx::grant<std::uint64_t, rights::atomic> gc(counters);
+  const rdx::grant<std::uint64_t, rights::read | rights::write> gw(conn, win);
+  const rdx::grant<std::uint64_t, rights::atomic> gc(conn, counters);
   const rdx::window_descriptor grants[] = {gw.descriptor(), gc.descriptor()};
   const std::uint16_t port = static_cast<std::uint16_t>(18600 + k);
   rdx::tcp::socket s;

@@ -62,13 +62,14 @@ struct setup {
   rdx::protection_domain pd{ctx};
   rdx::connection conn;
   rdx::registered_buffer<std::uint64_t> win;
+  rdx::grant<std::uint64_t, rights::read | rights::write> g;
   rdx::tcp::socket sock;
   rdx::peer_offer offer;
   setup(bool server, const std::string& peer)
       : conn(pd,
              rdx::connection_attr{.queue_pairs = 2, .recv_depth = 8, .message_size = 64, .keepalive = 500ms}),
-        win(rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words)) {
-    const rdx::grant<std::uint64_t, rights::read | rights::write> g(win);
+        win(rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words)),
+        g(conn, win) {
     const rdx::window_descriptor grants[] = {g.descriptor()};
     if (server) {
       auto l = rdx::tcp::listener::bind("", port);

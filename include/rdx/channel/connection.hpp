@@ -85,6 +85,15 @@ public:
   //! with errc::operation_failed; failure_reason() holds the first error.
   [[nodiscard]] bool failed() const noexcept { return failed_; }
   [[nodiscard]] std::error_code failure_reason() const noexcept { return failure_; }
+  //! failure_reason() in words, with what the peer sent when it broke the
+  //! protocol ("protocol error: the peer's credit count says 1000 messages
+  //! were consumed, but this side sent 0"). Empty while not failed.
+  [[nodiscard]] std::string failure_message() const {
+    if (!failed_) return {};
+    std::string s = failure_.message();
+    if (failure_text_[0] != '\0') s += std::string(": ") + failure_text_;
+    return s;
+  }
   //! The longest time from a peer's death (process killed, link down) to the
   //! error of every pending operation, from the queue-pair timeouts given to
   //! connect() and the keepalive: 1.25 x keepalive + (retry_cnt + 1) x 4 x

@@ -1,26 +1,29 @@
 // rdx: connecting a connection over the TCP bootstrap, together with the
-// window grants each side offers.
+// window grants each side offers (docs/design.md, "Wire protocols").
 //
-// After the standard endpoint messages (one per queue pair; the first carries
-// the credit word and the windows' memory descriptors), each side sends one
-// block, all integers big-endian:
-//   0  u32  magic 0x52445843 ("RDXC")
-//   4  u32  queue pairs
-//   8  u32  recv_depth
-//  12  u32  message_size
-//  16  u32  number of windows
-//  then per window: u32 rights, u32 element size
-// Anything malformed throws rdx::error (errc::wire_format).
+// Optionally authenticated (exchange_options::auth): both sides prove they
+// hold a pre-shared key first, and check a MAC over every byte that follows
+// before any queue pair is connected. Then one endpoint message per queue
+// pair: the first carries the credit word and the windows' memory with their
+// keys for queue pair 0, message i the same memory with the keys for queue
+// pair i. Then each side's settings block (connect/settings.hpp: queue pairs,
+// recv_depth, message_size, per window its rights and element size). One
+// deadline covers all of it. Anything malformed or inconsistent throws
+// rdx::error (errc::wire_format) naming what arrived.
 #pragma once
 
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/window.hpp>
+#include <rdx/connect/authenticator.hpp>
+#include <rdx/connect/settings.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/connect/wire.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,69 +36,123 @@ struct peer_offer {
   std::vector<window_descriptor> windows;
 };
 
+//! How exchange_and_connect runs.
+struct exchange_options {
+  //! The whole exchange, not each step: a slow or silent peer holds it no longer.
+  std::chrono::milliseconds timeout = tcp::default_timeout;
+  connect_options connect{};
+  //! When set (rdx::auth::psk_authenticator, say), the peer must prove it
+  //! holds the key before anything else is exchanged, and a MAC over every
+  //! byte of the exchange is checked before any queue pair is connected.
+  authenticator* auth = nullptr;
+};
+
 //! Sends this side's connection info and grants over s, receives the peer's,
-//! and connects c to the peer; both sides call it, then barrier() so no
-//! message meets a queue pair that is not ready. @throws rdx::error.
+//! and connects c to the peer; both sides call it, then meet at a barrier so
+//! no message meets a queue pair that is not ready. Endpoint message i
+//! carries the grants' keys for queue pair i (the first also carries the
+//! credit word). @throws rdx::error: errc::wire_format for anything malformed
+//! or inconsistent, errc::timed_out at the deadline, errc::authentication_failed
+//! when o.auth refuses the peer; c is then still unconnected.
 inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
-                                       std::span<const window_descriptor> grants,
-                                       std::chrono::milliseconds timeout = tcp::default_timeout,
-                                       const connect_options& opt = {}) {
+                                       std::span<const window_descriptor> grants, const exchange_options& o) {
+  const auto deadline = tcp::clock::now() + o.timeout;
+  std::optional<tcp::socket::recording> rec;
+  if (o.auth != nullptr) {
+    o.auth->begin(s, deadline);
+    rec.emplace(s, o.auth);
+  }
   if (grants.size() + 1 > wire::max_descriptors) {
     detail::throw_rdx(errc::invalid_argument, "exchange_and_connect: too many windows");
   }
   const connection_info mine = c.local_info();
-  std::vector<remote_descriptor> desc{mine.credit_word};
-  for (const auto& g : grants) desc.push_back(g.memory);
+  const std::size_t nqp = mine.endpoints.size();
+  for (const auto& g : grants) {
+    if (!g.keys.empty() && g.keys.size() != nqp) {
+      detail::throw_rdx(errc::invalid_argument, "exchange_and_connect: a grant has keys for " +
+                                                    std::to_string(g.keys.size()) +
+                                                    " queue pairs, the connection " + std::to_string(nqp) +
+                                                    " (was it made on another connection?)");
+    }
+  }
+  auto fail = [&](const std::string& what) {
+    throw error(errc::wire_format, "exchange_and_connect with " + s.peer() + ": " + what);
+  };
 
   peer_offer peer;
-  wire::message first = tcp::exchange(s, mine.endpoints[0], desc, timeout);
-  peer.info.endpoints.push_back(first.ep);
-  for (std::size_t i = 1; i < mine.endpoints.size(); ++i) {
-    peer.info.endpoints.push_back(tcp::exchange(s, mine.endpoints[i], {}, timeout).ep);
+  std::vector<wire::message> got;
+  for (std::size_t i = 0; i < nqp; ++i) {
+    std::vector<remote_descriptor> desc;
+    if (i == 0) desc.push_back(mine.credit_word);
+    for (const auto& g : grants) {
+      remote_descriptor d = g.memory;
+      if (!g.keys.empty()) d.rkey = g.keys[i];
+      desc.push_back(d);
+    }
+    s.send_message(mine.endpoints[i], desc, deadline);
+    got.push_back(s.recv_message(deadline));
+    peer.info.endpoints.push_back(got.back().ep);
   }
-  if (first.descriptors.empty())
-    throw error(errc::wire_format, "exchange_and_connect: the peer sent no credit word");
+  if (got[0].descriptors.empty()) fail("the peer sent no credit word");
+  const std::size_t peer_windows = got[0].descriptors.size() - 1;
+  for (std::size_t i = 1; i < nqp; ++i) {
+    if (got[i].descriptors.size() != peer_windows) {
+      fail("endpoint message " + std::to_string(i) + " has " + std::to_string(got[i].descriptors.size()) +
+           " window keys, the first has " + std::to_string(peer_windows));
+    }
+    for (std::size_t j = 0; j < peer_windows; ++j) {
+      const remote_descriptor& a = got[0].descriptors[j + 1];
+      const remote_descriptor& b = got[i].descriptors[j];
+      if (a.addr != b.addr || a.length != b.length)
+        fail("window " + std::to_string(j) + " names other memory for queue pair " + std::to_string(i));
+    }
+  }
 
-  const auto deadline = tcp::clock::now() + timeout;
-  std::vector<std::byte> out(20 + 8 * grants.size());
-  auto put = [&](std::size_t at, std::uint32_t v) { wire::detail::put32(out.data() + at, v); };
-  put(0, 0x52445843u);
-  put(4, static_cast<std::uint32_t>(mine.endpoints.size()));
-  put(8, mine.recv_depth);
-  put(12, mine.message_size);
-  put(16, static_cast<std::uint32_t>(grants.size()));
-  for (std::size_t i = 0; i < grants.size(); ++i) {
-    put(20 + 8 * i, static_cast<unsigned>(grants[i].granted));
-    put(24 + 8 * i, grants[i].element_size);
+  wire::settings mine_settings{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}};
+  for (const auto& g : grants) {
+    mine_settings.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
   }
-  s.send_all(out, deadline, "send connection settings");
-  std::byte head[20];
-  s.recv_exact(head, deadline, "receive connection settings");
-  auto get = [](const std::byte* p) { return wire::detail::get32(p); };
-  if (get(head) != 0x52445843u)
-    throw error(errc::wire_format, "exchange_and_connect: the peer is not an rdx connection");
-  const std::uint32_t nqp = get(head + 4);
-  peer.info.recv_depth = get(head + 8);
-  peer.info.message_size = get(head + 12);
-  const std::uint32_t nwin = get(head + 16);
-  if (nqp != peer.info.endpoints.size() || nwin + 1 != first.descriptors.size()) {
-    throw error(errc::wire_format,
-                "exchange_and_connect: the peer's settings disagree with its endpoint messages (" +
-                    std::to_string(nqp) + " queue pairs, " + std::to_string(nwin) + " windows)");
+  s.send_all(wire::encode_settings(mine_settings), deadline, "send connection settings");
+  std::vector<std::byte> block(wire::settings_header_size);
+  s.recv_exact(block, deadline, "receive connection settings");
+  const std::uint32_t nwin = wire::settings_window_count(block);
+  block.resize(wire::settings_size(nwin));
+  s.recv_exact(std::span(block).subspan(wire::settings_header_size), deadline, "receive window grants");
+  const wire::settings theirs = wire::decode_settings(block);
+  if (theirs.queue_pairs != nqp || nwin != peer_windows) {
+    fail("the peer's settings disagree with its endpoint messages (" + std::to_string(theirs.queue_pairs) +
+         " queue pairs, " + std::to_string(nwin) + " windows; its endpoint messages name " +
+         std::to_string(nqp) + " and " + std::to_string(peer_windows) + ")");
   }
-  std::vector<std::byte> rest(8 * std::size_t{nwin});
-  if (!rest.empty()) s.recv_exact(rest, deadline, "receive window grants");
-  peer.info.credit_word = first.descriptors[0];
-  for (std::uint32_t i = 0; i < nwin; ++i) {
-    const std::uint32_t r = get(rest.data() + 8 * i);
-    if (r > 7)
-      throw error(errc::wire_format,
-                  "exchange_and_connect: window " + std::to_string(i) + " has rights " + std::to_string(r));
-    peer.windows.push_back({first.descriptors[i + 1], static_cast<rights>(r), get(rest.data() + 8 * i + 4)});
+  peer.info.recv_depth = theirs.recv_depth;
+  peer.info.message_size = theirs.message_size;
+  peer.info.credit_word = got[0].descriptors[0];
+  for (std::uint32_t j = 0; j < nwin; ++j) {
+    window_descriptor w{got[0].descriptors[j + 1],
+                        static_cast<rights>(theirs.windows[j].rights),
+                        theirs.windows[j].element_size,
+                        {}};
+    for (std::size_t i = 0; i < nqp; ++i) w.keys.push_back(got[i].descriptors[i == 0 ? j + 1 : j].rkey);
+    peer.windows.push_back(std::move(w));
   }
-  c.connect(peer.info, opt);
-  tcp::barrier(s, timeout);
+  if (o.auth != nullptr) {
+    // Every byte above is in the transcript; a peer without the key, a
+    // changed byte or a replay fails here, before any queue pair is connected.
+    rec.reset();
+    o.auth->finish(s, deadline);
+  }
+  c.connect(peer.info, o.connect);
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - tcp::clock::now());
+  tcp::barrier(s, std::max(left, std::chrono::milliseconds{0}));
   return peer;
+}
+
+//! The same, with a timeout for the whole exchange and connect options.
+inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
+                                       std::span<const window_descriptor> grants,
+                                       std::chrono::milliseconds timeout = tcp::default_timeout,
+                                       const connect_options& opt = {}) {
+  return exchange_and_connect(s, c, grants, exchange_options{.timeout = timeout, .connect = opt});
 }
 
 //! Connects two connections of this process to each other (loopback tests).

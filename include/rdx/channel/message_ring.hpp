@@ -65,7 +65,7 @@ public:
         rx_(std::make_unique<rx_entry[]>(depth)),
         messages_(depth),
         notes_(depth),
-        control_(pd, 2, access::local_write | access::remote_write) {}
+        control_(pd, 2, access::local_write) {}
 
   [[nodiscard]] std::uint32_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::uint32_t message_size() const noexcept { return size_; }
@@ -129,6 +129,8 @@ public:
     return used >= depth_ ? 0 : depth_ - used;
   }
   void count_sent() noexcept { ++sent_; }
+  //! Messages and notifications this side sent.
+  [[nodiscard]] std::uint32_t sent() const noexcept { return sent_; }
   //! The consumed count to piggyback on an outgoing message (it counts as reported).
   [[nodiscard]] std::uint32_t piggyback() noexcept {
     reported_ = consumed_;
@@ -145,11 +147,10 @@ public:
     return wr::write(control_.sge(0, 1), remote_ptr{peer_word.addr, peer_word.rkey});
   }
   void reported() noexcept { reported_ = consumed_; }
-  //! Our credit word, for the peer: 8 bytes it writes its count into.
-  [[nodiscard]] remote_descriptor credit_word() const noexcept {
-    const remote_descriptor d = control_.remote();
-    return {d.addr + 8, d.rkey, 8};
-  }
+  //! Our credit word: the 8 bytes the peer writes its count into (the
+  //! connection grants exactly those; the region has no remote rights).
+  [[nodiscard]] std::uint64_t* credit_word_address() const noexcept { return control_.data() + 1; }
+  [[nodiscard]] const memory_region& control_region() const noexcept { return control_.region(); }
 
 private:
   std::uint32_t depth_;

@@ -76,10 +76,11 @@ struct op_params {
   std::uint64_t b = 0;       // swap
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
-  std::uint32_t tag = 0;         // notification tag
-  std::uint32_t slot = no_slot;  // staging slot a deferred send holds
-  std::uint32_t qp = 0;          // queue pair of the last posted request
-  std::uint64_t seq = 0;         // its send_queue sequence number (moves and withdrawals find it at once)
+  std::uint32_t tag = 0;           // notification tag
+  std::uint32_t slot = no_slot;    // staging slot a deferred send holds
+  std::uint32_t qp = 0;            // queue pair of the last posted request
+  std::uint32_t window = no_slot;  // the peer's keys per queue pair (engine::add_peer_window), or rkey
+  std::uint64_t seq = 0;           // its send_queue sequence number (moves and withdrawals find it at once)
 };
 
 // The stop callback of a bounded await: it only flags, the poller acts.

@@ -78,6 +78,13 @@ public:
     return record(w, owner, kind, aux, sig);
   }
 
+  //! Posts w signaled, so its own completion retires it (a memory-window
+  //! bind, which must not wait for a later request). The caller checked has_room().
+  [[nodiscard]] std::error_code post_signaled(send_wr& w, void* owner, std::uint8_t kind,
+                                              std::uint32_t aux = 0) noexcept {
+    return record(w, owner, kind, aux, true);
+  }
+
   //! Makes the last posted request produce a completion: posts a signaled
   //! zero-length RDMA write (it needs no address or key) when it does not.
   //! @return false when that post failed.

@@ -1,8 +1,12 @@
-// rdx: one-sided windows. A side grants a window over registered memory with
-// exact remote rights (read, write, atomic); the peer reaches it through a
-// remote_window whose type carries the rights it may use, so a write through
-// a read-only window does not compile. Local and remote memory are distinct
-// types. Every range is checked before anything is posted.
+// rdx: one-sided windows. A side grants a window over exactly a range of its
+// registered memory, with exact remote rights (read, write, atomic), on one
+// connection: by default a type 2 memory window per queue pair, bound to the
+// range and to that queue pair, with random key bits, so the NIC enforces
+// the range and the key is useless anywhere else; revoke() (or destruction)
+// takes it back. The peer reaches it through a remote_window whose type
+// carries the rights it may use, so a write through a read-only window does
+// not compile. Local and remote memory are distinct types. Every range is
+// checked before anything is posted. docs/design.md, "Trust".
 #pragma once
 
 #include <rdx/channel/connection.hpp>
@@ -15,6 +19,7 @@
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <vector>
 
 namespace rdx {
 
@@ -102,58 +107,95 @@ private:
   std::uint32_t lkey_ = 0;
 };
 
-//! What travels to the peer for a window: the memory, the rights granted and
-//! the element size (checked when the peer builds its remote_window).
+//! What travels to the peer for a window: the memory, the rights granted,
+//! the element size (checked when the peer builds its remote_window), and
+//! the key for each queue pair of the granting connection.
 struct window_descriptor {
-  remote_descriptor memory{};
+  remote_descriptor memory{};  //!< memory.rkey: the key on queue pair 0
   rights granted = rights::none;
   std::uint32_t element_size = 0;
-  friend bool operator==(const window_descriptor&, const window_descriptor&) noexcept = default;
+  //! The key on each queue pair, in order (empty: memory.rkey on all).
+  std::vector<std::uint32_t> keys{};
+  friend bool operator==(const window_descriptor&, const window_descriptor&) = default;
 };
 
-//! A local grant: elements of T in a registered region that the peer may
-//! reach with exactly the rights R. The region must have been registered with
-//! exactly those remote rights (more would be granted to whoever holds the rkey).
+//! A grant on one connection: elements of T in a registered region that the
+//! peer may reach with exactly the rights R, and nothing else of the region.
+//! Backed by a type 2 memory window per queue pair, each bound to its queue
+//! pair and to a registration of exactly the range (with no remote rights of
+//! its own) once the connection is connected (or at once when it already is);
+//! on a device without type 2 windows, by a registration of exactly the range
+//! with the rights R (backing() and description() say which). The region
+//! itself must have no remote rights: its own rkey never leaves the process.
+//!
+//! revoke() or destruction invalidates the keys before it returns; destroying
+//! the connection revokes its grants first. Move-only. Threading: its
+//! connection's (one thread at a time).
 template <class T, rights R>
 requires registrable<T>
-class grant {
+class grant : private detail::grant_base {
 public:
-  //! @throws rdx::error (errc::invalid_argument) when the region's remote
-  //! rights differ from R, or (errc::out_of_range) when s is not inside it.
-  grant(const memory_region& mr, std::span<T> s) : local_(mr, s), rkey_(mr.rkey()) { check(mr.rights()); }
+  //! Grants elements s of the region mr (registered without remote rights,
+  //! as make_window_buffer does) on connection c.
+  //! @throws rdx::error: errc::invalid_argument (a region with remote rights,
+  //! of another protection domain, or zero elements),
+  //! errc::out_of_range (s not inside mr), errc::unsupported (memory windows
+  //! asked for on a device without them), or a failed verb.
+  grant(connection& c, const memory_region& mr, std::span<T> s, grant_options opt = {})
+      : grant_base(detail::start_access::of(c), checked(mr, s), s.data(), s.size_bytes(), to_access(R), opt),
+        local_(mr, s) {}
   //! All of a registered buffer.
-  explicit grant(const registered_buffer<T>& b) : local_(b), rkey_(b.rkey()) { check(b.region().rights()); }
+  grant(connection& c, const registered_buffer<T>& b, grant_options opt = {})
+      : grant(c, b.region(), std::span<T>(const_cast<T*>(b.data()), b.size()), opt) {}
+  grant(grant&&) noexcept = default;
+  grant& operator=(grant&&) = delete;
+  ~grant() = default;
 
-  //! The descriptor to send to the peer.
-  [[nodiscard]] window_descriptor descriptor() const noexcept {
-    return {{reinterpret_cast<std::uint64_t>(local_.data()), rkey_, local_.size_bytes()},
+  //! The descriptor to send to the peer (exchange_and_connect sends it).
+  [[nodiscard]] window_descriptor descriptor() const {
+    const auto& k = keys();
+    return {{reinterpret_cast<std::uint64_t>(local_.data()), k.empty() ? 0u : k[0], local_.size_bytes()},
             R,
-            static_cast<std::uint32_t>(sizeof(T))};
+            static_cast<std::uint32_t>(sizeof(T)),
+            k};
   }
+  //! Invalidates every key of the grant before it returns: the peer's later
+  //! reads and writes fail at its side with a remote access error, and the
+  //! memory may be reused at once. Idempotent; destruction does it too.
+  void revoke() noexcept { grant_base::revoke(); }
+  using grant_base::backing;
+  using grant_base::description;
+  using grant_base::keys;
+  using grant_base::revoked;
   //! The same memory, for local use (a source or destination of operations).
   [[nodiscard]] local_span<T> local() const noexcept { return local_; }
   [[nodiscard]] std::span<T> span() const noexcept { return local_.span(); }
   [[nodiscard]] std::size_t size() const noexcept { return local_.size(); }
 
 private:
-  void check(access a) const {
-    if (remote_rights(a) != R) {
-      detail::throw_rdx(errc::invalid_argument, "grant: the memory region allows remote " +
-                                                    to_string(remote_rights(a)) +
-                                                    " but the grant is for exactly " + to_string(R) +
-                                                    "; register it with exactly those rights");
+  static const memory_region& checked(const memory_region& mr, std::span<T> s) {
+    static_assert(R != rights::none, "a grant gives the peer at least one right");
+    if (s.empty()) detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+    (void)local_span<T>(mr, s);  // errc::out_of_range when s is not inside mr
+    if (remote_rights(mr.rights()) != rights::none) {
+      detail::throw_rdx(errc::invalid_argument,
+                        "grant: the memory region itself allows remote " +
+                            to_string(remote_rights(mr.rights())) +
+                            ", so its own rkey would reach all of it; register it with access::local_write "
+                            "only (make_window_buffer does): the grant gives the peer exactly " +
+                            to_string(R) + " over exactly the granted elements");
     }
-    if (R != rights::none && local_.empty())
-      detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+    return mr;
   }
   local_span<T> local_;
-  std::uint32_t rkey_;
 };
 
-//! Makes a registered buffer whose remote rights are exactly R (plus local write).
-template <class T, rights R>
+//! Makes a registered buffer for grants: local write, no remote rights (each
+//! grant over it gives the peer exactly its rights over exactly its range).
+//! R is accepted for older callers and changes nothing.
+template <class T, rights R = rights::none>
 [[nodiscard]] registered_buffer<T> make_window_buffer(const protection_domain& pd, std::size_t count) {
-  return registered_buffer<T>(pd, count, access::local_write | to_access(R));
+  return registered_buffer<T>(pd, count, access::local_write);
 }
 
 //! The peer's window, reached over a connection with the rights R, which the
@@ -181,6 +223,10 @@ public:
     if (d.memory.length % sizeof(T) != 0) bad("the peer's length is not a whole number of elements");
     if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr)
       bad("the peer's range wraps");
+    if (!d.keys.empty()) {
+      if (d.keys[0] != d.memory.rkey) bad("the peer's key for queue pair 0 differs from its memory key");
+      window_ = detail::start_access::of(c).add_peer_window(d.keys);
+    }
     count_ = d.memory.length / sizeof(T);
   }
 
@@ -240,7 +286,7 @@ private:
       e.fail_now(op, ec);
     } else {
       e.start_rdma(op, kind, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
-                   count * sizeof(T));
+                   count * sizeof(T), window_);
     }
     return op;
   }
@@ -258,6 +304,7 @@ private:
   connection* conn_;
   window_descriptor d_;
   std::size_t count_ = 0;
+  std::uint32_t window_ = detail::no_slot;
 };
 
 }  // namespace rdx

@@ -3,6 +3,7 @@
 
 #include <rdx/error.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,22 @@ inline void os_random(void* buf, std::size_t n) {
   std::uint32_t v = 0;
   os_random(&v, sizeof v);
   return v & 0xffffffu;
+}
+
+//! A key to replace a memory window's key old: the same index (upper 24
+//! bits), a random key byte that is not old's, and never one away from the
+//! key this process chose last, so keys neither repeat nor step.
+[[nodiscard]] inline std::uint32_t fresh_window_key(std::uint32_t old) {
+  static std::atomic<std::uint32_t> last{0};
+  for (;;) {
+    unsigned char b = 0;
+    os_random(&b, 1);
+    const std::uint32_t k = (old & 0xffffff00u) | b;
+    const std::uint32_t prev = last.load(std::memory_order_relaxed);
+    if (k == old || k - prev == 1 || prev - k == 1) continue;
+    last.store(k, std::memory_order_relaxed);
+    return k;
+  }
 }
 
 }  // namespace rdx::detail

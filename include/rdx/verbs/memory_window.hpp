@@ -1,9 +1,10 @@
 // rdx: memory windows (ibv_mw): revocable remote access to part of a region.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/handle.hpp>
+#include <rdx/detail/random.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
@@ -34,6 +35,7 @@ public:
     }
     h_ = detail::make_shared_verbs(mw, &::ibv_dealloc_mw, "ibv_dealloc_mw", {pd.shared_handle()});
     rkey_ = mw->rkey;
+    if (type == mw_type::type2) next_rkey_ = detail::fresh_window_key(rkey_);
   }
 
   [[nodiscard]] ibv_mw* native_handle() const noexcept { return h_.get(); }
@@ -79,14 +81,30 @@ public:
     return apply(qp, b, 0, 0);
   }
 
+  //! Type 2: the key the next bind_wr() gives the window (its key byte random
+  //! from the OS CSPRNG, never the current one and never one step away).
+  [[nodiscard]] std::uint32_t next_rkey() const noexcept { return next_rkey_; }
   //! Type 2: a bind work request for [offset, offset + len) of mr; post it on a
-  //! queue pair of the same PD. The window's rkey() becomes the new key now.
-  //! @pre the range lies inside mr (asserted).
+  //! queue pair of the same PD. The window's rkey() becomes next_rkey() now,
+  //! and a fresh next_rkey() is chosen.
+  //! @pre the range lies inside mr.
+  //! @throws rdx::error only if the OS CSPRNG fails.
   [[nodiscard]] send_wr bind_wr(const memory_region& mr, std::size_t offset, std::size_t len, access rights,
-                                const void* ctx = nullptr) noexcept {
-    rkey_ = ::ibv_inc_rkey(rkey_);
-    ibv_mw_bind_info bi = info(mr, offset, len, rights);
-    addr_ = bi.addr;
+                                const void* ctx = nullptr) {
+    return bind_wr(mr.native_handle(),
+                   reinterpret_cast<std::uint64_t>(static_cast<char*>(mr.addr()) + offset), len, rights, ctx);
+  }
+  //! Type 2: the same for len bytes at addr inside the registered region mr.
+  [[nodiscard]] send_wr bind_wr(ibv_mr* mr, std::uint64_t addr, std::size_t len, access rights,
+                                const void* ctx = nullptr) {
+    rkey_ = next_rkey_;
+    next_rkey_ = detail::fresh_window_key(rkey_);
+    ibv_mw_bind_info bi{};
+    bi.mr = mr;
+    bi.addr = addr;
+    bi.length = len;
+    bi.mw_access_flags = static_cast<unsigned>(to_ibv(rights));
+    addr_ = addr;
     length_ = len;
     return send_wr::make(IBV_WR_BIND_MW, std::span<const ibv_sge>(), ctx).bind(h_.get(), rkey_, bi);
   }
@@ -124,6 +142,7 @@ private:
   std::shared_ptr<ibv_mw> h_;
   mw_type type_;
   std::uint32_t rkey_ = 0;
+  std::uint32_t next_rkey_ = 0;
   std::uint64_t addr_ = 0;
   std::uint64_t length_ = 0;
   ibv_mr* mr_ = nullptr;

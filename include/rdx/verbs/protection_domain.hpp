@@ -45,6 +45,13 @@ public:
   //! Shared ownership of the native handle, for objects built on this one.
   [[nodiscard]] const std::shared_ptr<ibv_pd>& shared_handle() const noexcept { return h_; }
   explicit operator bool() const noexcept { return h_ != nullptr; }
+  //! Another owner of the same domain (shares the native handle).
+  [[nodiscard]] protection_domain share() const {
+    protection_domain r;
+    r.h_ = h_;
+    r.ctx_ = ctx_;
+    return r;
+  }
   //! The context this domain was allocated on (a new owner sharing it).
   [[nodiscard]] context device_context() const { return context(ctx_); }
 

@@ -158,11 +158,29 @@ public:
       a.qkey = qkey_;
       mask |= IBV_QP_QKEY;
     } else {
-      a.qp_access_flags = static_cast<unsigned>(
-          to_ibv(remote_access_ & (access::remote_write | access::remote_read | access::remote_atomic)));
+      a.qp_access_flags = remote_access_flags();
       mask |= IBV_QP_ACCESS_FLAGS;
     }
     modify(a, mask, "INIT");
+  }
+
+  //! What the peer may do through this queue pair (RC/UC).
+  [[nodiscard]] access remote_access() const noexcept { return remote_access_; }
+  //! Changes what the peer may do through this queue pair (RC/UC): kept for
+  //! the next transition in RESET, applied at once in INIT or RTS.
+  //! @throws rdx::error from ibv_modify_qp, or (errc::not_ready) in another state.
+  void set_remote_access(access a) {
+    remote_access_ = a & (access::remote_write | access::remote_read | access::remote_atomic);
+    if (type_ == qp_type::ud || state_ == qp_state::reset) return;
+    if (state_ != qp_state::init && state_ != qp_state::rts) {
+      detail::throw_rdx(errc::not_ready,
+                        name() + ": remote access can change in RESET, INIT or RTS, the QP is in " +
+                            std::string(to_string(state_)));
+    }
+    ibv_qp_attr at{};
+    at.qp_state = static_cast<ibv_qp_state>(state_);
+    at.qp_access_flags = remote_access_flags();
+    modify(at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, state_ == qp_state::init ? "INIT" : "RTS");
   }
 
   //! INIT -> RTR towards remote (RC/UC); for UD remote is unused.
@@ -185,7 +203,8 @@ public:
       if (a.ah_attr.is_global != 0) {
         a.ah_attr.grh.traffic_class = opt.traffic_class;
       }
-      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+      a.qp_access_flags = remote_access_flags();
+      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_ACCESS_FLAGS;
       if (type_ == qp_type::rc) {
         a.max_dest_rd_atomic = detail::clamp_rd_atomic(opt.max_dest_rd_atomic, max_dest_rd_atomic_dev_);
         a.min_rnr_timer = opt.min_rnr_timer;
@@ -414,6 +433,10 @@ private:
   std::uint16_t lid_ = 0;
   std::uint16_t pkey_index_ = 0;
   ibv_mtu active_mtu_ = IBV_MTU_1024;
+  [[nodiscard]] unsigned remote_access_flags() const noexcept {
+    return static_cast<unsigned>(
+        to_ibv(remote_access_ & (access::remote_write | access::remote_read | access::remote_atomic)));
+  }
   access remote_access_ = access::none;
   int max_rd_atomic_dev_ = 1;
   int max_dest_rd_atomic_dev_ = 1;

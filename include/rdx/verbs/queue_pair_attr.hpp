@@ -68,8 +68,10 @@ struct queue_pair_attr {
   std::optional<std::uint32_t> max_inline_data{};
   std::uint8_t port = 0;                    //!< 0: the context's first ACTIVE port
   std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
-  //! What the peer may do through this QP; memory regions still gate each range.
-  access remote_access = access::remote_write | access::remote_read | access::remote_atomic;
+  //! What the peer may do through this QP (RC/UC): nothing unless asked for
+  //! (remote_write, remote_read, remote_atomic); memory regions and windows
+  //! still gate each range. docs/design.md, "Trust".
+  access remote_access = access::none;
   std::uint16_t pkey_index = 0;
   std::uint32_t qkey = default_qkey;  //!< UD only
   bool sq_sig_all = false;

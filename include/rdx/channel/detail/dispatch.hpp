@@ -24,7 +24,7 @@ inline void engine::dispatch(const completion& c) noexcept {
     if (!failed_) fail(c.error());
     return;
   }
-  if (!ring_.peer_count_valid()) return fail(make_error_code(errc::protocol_error));
+  if (!ring_.peer_count_valid()) return fail_protocol();
   deliver();
 }
 

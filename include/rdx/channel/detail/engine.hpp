@@ -6,6 +6,7 @@
 // is their public face. docs/design.md, "Lifetimes" and "Dead peers".
 #pragma once
 
+#include <rdx/channel/detail/grant_base.hpp>
 #include <rdx/channel/detail/op_list.hpp>
 #include <rdx/channel/message_ring.hpp>
 #include <rdx/channel/operation.hpp>
@@ -26,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <optional>
@@ -63,7 +65,9 @@ struct connection_attr {
 //! flow-control word and its buffer settings.
 struct connection_info {
   std::vector<endpoint> endpoints;  //!< one per queue pair, in order
-  remote_descriptor credit_word{};  //!< 8 bytes the peer writes its consumed count into
+  //! 8 bytes the peer writes its consumed count into, through queue pair 0
+  //! (a memory window over exactly those bytes, or an exact registration).
+  remote_descriptor credit_word{};
   std::uint32_t recv_depth = 0;
   std::uint32_t message_size = 0;
 };
@@ -105,7 +109,8 @@ public:
 
   inline void fail_now(operation& op, std::error_code ec) noexcept;
   inline void start_rdma(operation& op, op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
-                         std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes) noexcept;
+                         std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes,
+                         std::uint32_t window = no_slot) noexcept;
   inline void start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t a,
                            std::uint64_t b) noexcept;
   inline void start_send(operation& op, const void* data, std::size_t bytes) noexcept;
@@ -114,6 +119,17 @@ public:
   inline void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                             bool exact) noexcept;
   inline void start_notification(operation& op) noexcept;
+
+  // --- grants (grants.hpp) ------------------------------------------------------
+
+  inline void attach_grant(grant_base& g, const memory_region& mr, const void* addr, std::size_t bytes,
+                           access rights, grant_options opt);
+  inline void detach_grant(grant_base& g) noexcept;
+  inline void relink_grant(grant_base& from, grant_base& to) noexcept;
+  //! Keeps the peer's key for each queue pair of a window; the index for
+  //! start_rdma, or no_slot when one key serves every queue pair.
+  inline std::uint32_t add_peer_window(std::span<const std::uint32_t> keys);
+  [[nodiscard]] bool windows_supported() const noexcept { return windows_supported_; }
 
 protected:
   static constexpr std::uint32_t atomic_slots = 64;
@@ -144,6 +160,8 @@ protected:
   // queues) are declared last so that they go before the memory they use.
   connection_attr attr_;
   context ctx_;
+  protection_domain pd_;
+  bool windows_supported_;  // type 2 memory windows (else grants are exact registrations)
   std::optional<completion_channel> channel_;
   completion_queue cq_;
   message_ring ring_;
@@ -168,7 +186,12 @@ protected:
   bool failed_ = false;
   bool closing_ = false;
   std::error_code failure_{};
+  char failure_text_[128] = {};  // what arrived, for a protocol error (no allocation on the data path)
   thread_check thread_;
+  grant_base* grants_ = nullptr;          // intrusive list of this connection's grants
+  access granted_ = access::none;         // the union of their rights
+  std::vector<std::uint32_t> peer_keys_;  // the peer's key per queue pair, K per striped window
+  grant_base credit_grant_;               // the 8-byte credit word, queue pair 0
   std::vector<queue_pair> qps_;
   std::vector<send_queue> sqs_;
 
@@ -184,6 +207,13 @@ protected:
   inline void report_credits() noexcept;
   inline void housekeeping(std::chrono::steady_clock::time_point now) noexcept;
   inline void fail(std::error_code ec) noexcept;
+  // The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
+  void fail_protocol() noexcept {
+    std::snprintf(failure_text_, sizeof failure_text_,
+                  "the peer's credit count says %u messages were consumed, but this side sent %u",
+                  ring_.peer_consumed(), ring_.sent());
+    fail(make_error_code(errc::protocol_error));
+  }
   inline void to_error() noexcept;
   [[nodiscard]] inline bool usable(operation& op) noexcept;
   [[nodiscard]] op_fifo& fifo_of(op_list l) noexcept {
@@ -214,11 +244,15 @@ protected:
   inline void defer(operation& op) noexcept;
   inline void submit(operation& op) noexcept;
   [[nodiscard]] inline bool take_staging(std::uint32_t& slot) noexcept;
+  inline void bind_grants();
+  inline void revoke_grants() noexcept;
 };
 
 inline engine::engine(const protection_domain& pd, const connection_attr& attr)
     : attr_(attr),
       ctx_(pd.device_context()),
+      pd_(pd.share()),
+      windows_supported_(device_has_type2_windows(ctx_)),
       channel_(attr.events ? std::optional<completion_channel>(std::in_place, ctx_) : std::nullopt),
       cq_(ctx_, completion_queue_attr{.depth = static_cast<int>(attr.queue_pairs * attr.send_depth +
                                                                 attr.recv_depth + 1),
@@ -260,7 +294,9 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
                          .max_recv_wr = i == 0 ? attr_.recv_depth : 1,
                          .port = attr_.port,
                          .gid_index = attr_.gid_index,
-                         .remote_access = access::remote_write | access::remote_read | access::remote_atomic};
+                         // Zero-length writes (cover, probe) need remote write on every queue
+                         // pair; grants add read and atomic (docs/design.md, "Trust").
+                         .remote_access = access::remote_write};
       qps_.emplace_back(pd, cq_, cq_, qa);
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
@@ -270,6 +306,9 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
         throw error(ec, "connection: posting receive buffer " + std::to_string(i));
       }
     }
+    credit_grant_.first_qp_only_ = true;
+    attach_grant(credit_grant_, ring_.control_region(), ring_.credit_word_address(), 8, access::remote_write,
+                 {});
   } catch (...) {
     shut_down();
     throw;
@@ -279,7 +318,8 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
 inline connection_info engine::local_info() const {
   connection_info i;
   for (const auto& q : qps_) i.endpoints.push_back(q.local_endpoint());
-  i.credit_word = ring_.credit_word();
+  i.credit_word = {reinterpret_cast<std::uint64_t>(ring_.credit_word_address()), credit_grant_.rkeys_.at(0),
+                   8};
   i.recv_depth = attr_.recv_depth;
   i.message_size = attr_.message_size;
   return i;
@@ -302,10 +342,14 @@ inline void engine::connect(const connection_info& peer, const connect_options& 
   connect_options o = opt;
   if (o.rnr_retry == 7) o.rnr_retry = 6;
   if (o.retry_cnt == 7) o.retry_cnt = 6;
+  if (connected_) throw_rdx(errc::not_ready, "connection::connect: already connected");
   for (std::size_t i = 0; i < qps_.size(); ++i) qps_[i].connect(peer.endpoints[i], o);
   peer_credit_ = peer.credit_word;
   opt_ = o;
   connected_ = true;
+  // The windows bind through their queue pairs, which are in RTS now; the
+  // peer learns of them only at the barrier that follows.
+  bind_grants();
 }
 
 inline std::chrono::milliseconds engine::detection_bound() const noexcept {
@@ -398,5 +442,6 @@ inline void engine::cover_all() noexcept {
 
 #include <rdx/channel/detail/dispatch.hpp>
 #include <rdx/channel/detail/events.hpp>
+#include <rdx/channel/detail/grants.hpp>
 #include <rdx/channel/detail/lifetime.hpp>
 #include <rdx/channel/detail/posting.hpp>

@@ -86,6 +86,8 @@ inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept 
 // after them (member order) the memory they used.
 inline void engine::shut_down() noexcept {
   closing_ = true;
+  // First the peer loses every key: nothing it sends from now reaches memory.
+  revoke_grants();
   while (bounded_ != nullptr) {
     bounded_awaiter_base& a = *bounded_;
     a.callback_.reset();  // waits for a stop callback running on another thread

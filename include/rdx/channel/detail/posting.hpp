@@ -60,12 +60,14 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 }
 
 inline void engine::start_rdma(operation& op, op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
-                               std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes) noexcept {
+                               std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes,
+                               std::uint32_t window) noexcept {
   thread_check::scope guard(thread_, "starting a window operation");
   op.kind_ = kind;
   if (!usable(op)) return;
   if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey};
+  op.p_.window = window;
   submit(op);
 }
 
@@ -156,7 +158,9 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
         send_queue& q = sqs_[qi];
         if (!q.has_room()) return post_result::blocked;
         const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
-        const remote_ptr at{p.raddr + p.posted, p.rkey};
+        // A window's key is per queue pair (each memory window is bound to one).
+        const remote_ptr at{p.raddr + p.posted,
+                            p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
         send_wr w = op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
         p.qp = qi;
         p.seq = q.next_seq();
@@ -222,7 +226,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
 // Posts deferred operations, oldest first, while they fit.
 inline void engine::pump() noexcept {
   if (failed_) return;
-  if (!ring_.peer_count_valid()) return fail(make_error_code(errc::protocol_error));
+  if (!ring_.peer_count_valid()) return fail_protocol();
   while (!deferred_.empty()) {
     operation& op = *deferred_.front();
     if (post_some(op) == post_result::blocked) {
