@@ -8,6 +8,8 @@
 // peer's registered ring), --channel (rdx::channel<std::byte> messages),
 // --window (rdx::remote_window writes, completion seen by polling memory), and --rc-compat, which speaks
 // rdma-core's ibv_rc_pingpong exchange and traffic so either side may be ibv_rc_pingpong.
+// With --clients N a --channel or --window server serves N clients at once,
+// each on its own thread and connection, so one bad client holds only its own slot.
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/window.hpp>
@@ -21,8 +23,10 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.hpp"
@@ -58,13 +62,14 @@ struct options {
   bool rc_compat = false;
   bool events = false;  // sleep on completion events instead of busy polling
   std::chrono::seconds timeout{30};
+  std::uint32_t clients = 1;                   // server: how many clients to serve, all at once
   std::optional<std::uint32_t> corrupt_round;  // testing: damage one payload on purpose
 };
 
 void usage(const char* argv0) {
   std::printf(
       "Usage:\n"
-      "  %s [options]            start a server and wait for one client\n"
+      "  %s [options]            start a server and wait for one client (or N: --clients)\n"
       "  %s [options] SERVER     connect to the server at SERVER (host name or address)\n"
       "\n"
       "A reliable-connection ping-pong: the client sends SIZE bytes, the server\n"
@@ -97,7 +102,13 @@ void usage(const char* argv0) {
       "                         so that it fills and checks its payload\n"
       "  -e, --events           sleep on completion events instead of busy polling\n"
       "                         (as ibv_rc_pingpong -e; send, write_imm, --rc-compat)\n"
-      "  -t, --timeout SEC      limit for connecting and for each completion (default 30)\n"
+      "      --clients N        (server, --channel or --window) listen once and serve N\n"
+      "                         clients as they come, all at once, each on its own thread\n"
+      "                         and connection; a client that fails set-up (silent, slow,\n"
+      "                         other settings, foreign bytes) costs only its own slot.\n"
+      "                         One line per client accepted and finished (default 1)\n"
+      "  -t, --timeout SEC      limit for connecting, for a client's whole set-up and for\n"
+      "                         each completion (default 30)\n"
       "  -h, --help             this text\n"
       "\n"
       "Testing:\n"
@@ -105,13 +116,15 @@ void usage(const char* argv0) {
       "                         trip K, to see both sides catch it and fail\n"
       "\n"
       "Exit status: 0 when every round trip completed with the right payload, 1 on\n"
-      "any failure, 2 for a usage error.\n"
+      "any failure, 2 for a usage error. With --clients N: 0 when every client that\n"
+      "completed set-up passed its checks and at least one did, else 1.\n"
       "\n"
       "Examples (two hosts, server 10.77.0.1):\n"
       "  %s                          and  %s 10.77.0.1\n"
       "  %s --mode write_imm -s 64K  and  %s --mode write_imm -s 64K 10.77.0.1\n"
-      "  ibv_rc_pingpong -g 1 -c     and  %s --rc-compat 10.77.0.1\n",
-      argv0, argv0, argv0, argv0, argv0, argv0, argv0);
+      "  ibv_rc_pingpong -g 1 -c     and  %s --rc-compat 10.77.0.1\n"
+      "  %s --channel --clients 4    and  up to 4 of  %s --channel 10.77.0.1\n",
+      argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0);
 }
 
 options parse_options(int argc, char** argv, bool& help) {
@@ -163,6 +176,8 @@ options parse_options(int argc, char** argv, bool& help) {
     } else if (r.match({"--corrupt-round"}, &v)) {
       o.corrupt_round =
           static_cast<std::uint32_t>(examples::parse_number("--corrupt-round", v, 0, 100000000));
+    } else if (r.match({"--clients"}, &v)) {
+      o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 1024));
     } else if (r.match({"-t", "--timeout"}, &v)) {
       o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
     } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
@@ -176,6 +191,11 @@ options parse_options(int argc, char** argv, bool& help) {
   if (o.rc_compat && o.m != mode::send)
     throw examples::usage_error(
         "--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
+  if (o.clients > 1 && !o.server.empty())
+    throw examples::usage_error("--clients is for the server: drop it, or drop " + o.server);
+  if (o.clients > 1 && o.m != mode::channel && o.m != mode::window)
+    throw examples::usage_error(
+        "--clients serves each client on its own rdx::connection: add --channel or --window");
   if (o.m == mode::channel && o.size > 64 * 1024)
     throw examples::usage_error("--channel carries messages of up to 64K: use a smaller --size");
   return o;
@@ -250,15 +270,15 @@ std::uint64_t get_be(const std::byte* p, int bytes) {
 }
 
 // Both sides send their settings; the server takes the client's seed. A
-// mismatch is reported on both sides before any RDMA traffic.
-settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std::chrono::seconds timeout) {
+// mismatch is reported on both sides before any RDMA traffic. `deadline` is
+// the whole set-up's: the endpoint exchange that follows gets what is left.
+settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, steady::time_point deadline) {
   std::byte out[settings_size] = {};
   std::memcpy(out, "RDXP", 4);
   put_be(out + 4, mine.mode, 4);
   put_be(out + 8, mine.size, 8);
   put_be(out + 16, mine.iters, 4);
   put_be(out + 20, mine.seed, 4);
-  const auto deadline = steady::now() + timeout;
   s.send_all(out, deadline, "send settings");
   std::byte in[settings_size] = {};
   s.recv_exact(in, deadline, "receive settings");
@@ -284,6 +304,12 @@ settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, std:
                   " (run both sides with the same -s, -n and --mode)");
   }
   return peer;
+}
+
+// What is left of a set-up deadline (zero once it has passed: the next step then times out).
+std::chrono::milliseconds time_left(steady::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - steady::now()),
+                  std::chrono::milliseconds{0});
 }
 
 // --- RDMA resources -----------------------------------------------------------
@@ -477,14 +503,17 @@ int run_native(const options& o) {
   for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
 
   rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
+  // One deadline for the whole set-up: a slow peer cannot stretch it step by step.
+  const auto setup_deadline = steady::now() + o.timeout;
   settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   if (client) rdx::detail::os_random(&mine.seed, sizeof mine.seed);
-  const settings peer = exchange_settings(sock, mine, o.timeout);
+  const settings peer = exchange_settings(sock, mine, setup_deadline);
   const std::uint32_t seed = client ? mine.seed : peer.seed;
 
   std::vector<rdx::remote_descriptor> mine_desc;
   if (o.m == mode::write_imm) mine_desc.push_back(r.ring.remote());
-  const rdx::wire::message remote = rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, o.timeout);
+  const rdx::wire::message remote =
+      rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, time_left(setup_deadline));
   std::printf("  remote address: %s (%s)\n", rdx::to_string(remote.ep).c_str(), sock.peer().c_str());
   rdx::remote_descriptor peer_ring{};
   if (o.m == mode::write_imm) {
@@ -502,7 +531,7 @@ int run_native(const options& o) {
               rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})),
               mode_name(o.m), o.size, o.iters);
   std::fflush(stdout);
-  rdx::tcp::barrier(sock, o.timeout);  // both queue pairs ready, receives posted
+  rdx::tcp::barrier(sock, time_left(setup_deadline));  // both queue pairs ready, receives posted
 
   run_stats st;
   st.rtt_us.reserve(o.iters);
@@ -619,9 +648,16 @@ int run_rc_compat(const options& o) {
 // round trip is one rdx::remote_window write of payload and sequence, seen by
 // the other side polling its own memory (the sequence word is written last:
 // one RDMA write places its bytes in order on rxe and on the NICs rdx targets).
-int run_typed(const options& o) {
-  rdx::context ctx = examples::open_device(o.device);
-  rdx::protection_domain pd(ctx);
+//
+// One session, on a connection of its own over pd: settings, exchange and
+// round trips. get_socket() is called once the connection exists (the
+// one-client server says where it waits after its local address). Lines start
+// with `tag`: empty for a client and the one-client server, which also print
+// the header line. `setup_done` is set once set-up has completed, so a throw
+// before it is a set-up failure.
+template <class GetSocket>
+run_stats run_typed_session(const options& o, const rdx::context& ctx, const rdx::protection_domain& pd,
+                            GetSocket&& get_socket, const std::string& tag, bool& setup_done) {
   const bool client = !o.server.empty();
   const bool window = o.m == mode::window;
   rdx::connection conn(pd,
@@ -633,21 +669,25 @@ int run_typed(const options& o) {
   auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
   const rdx::grant<std::uint64_t, rdx::rights::write> g(conn, mine);
   rdx::registered_buffer<std::uint64_t> out(pd, words);
-  std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
-              ctx.name().c_str(), conn.qp(0).port());
-  std::printf("  local address:  %s\n", rdx::to_string(conn.qp(0).local_endpoint()).c_str());
+  if (tag.empty())
+    std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
+                ctx.name().c_str(), conn.qp(0).port());
+  std::printf("%s  local address:  %s\n", tag.c_str(), rdx::to_string(conn.qp(0).local_endpoint()).c_str());
 
-  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
+  rdx::tcp::socket sock = get_socket();
+  // One deadline for the whole set-up, settings and exchange together: a
+  // silent or slow peer holds this session no longer than --timeout.
+  const auto setup_deadline = steady::now() + o.timeout;
   settings mine_settings{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   if (client) rdx::detail::os_random(&mine_settings.seed, sizeof mine_settings.seed);
-  const settings peer = exchange_settings(sock, mine_settings, o.timeout);
+  const settings peer = exchange_settings(sock, mine_settings, setup_deadline);
   const std::uint32_t seed = client ? mine_settings.seed : peer.seed;
   const rdx::window_descriptor grants[] = {g.descriptor()};
   const rdx::peer_offer offer = rdx::exchange_and_connect(
       sock, conn,
       window ? std::span<const rdx::window_descriptor>(grants) : std::span<const rdx::window_descriptor>(),
-      o.timeout, connect_opts(o));
-  std::printf("  remote address: %s (%s), %u queue pair(s)\n",
+      rdx::exchange_options{.timeout = time_left(setup_deadline), .connect = connect_opts(o)});
+  std::printf("%s  remote address: %s (%s), %u queue pair(s)\n", tag.c_str(),
               rdx::to_string(offer.info.endpoints[0]).c_str(), sock.peer().c_str(), conn.queue_pair_count());
   std::optional<rdx::remote_window<std::uint64_t, rdx::rights::write>> peer_win;
   if (window) {
@@ -659,6 +699,7 @@ int run_typed(const options& o) {
       throw failure("the peer's window of " + std::to_string(peer_win->size()) + " words is smaller than " +
                     std::to_string(words));
   }
+  setup_done = true;
   rdx::channel<std::byte> ch(conn);
   std::vector<std::byte> msg(o.size), echo(o.size);
   std::fflush(stdout);
@@ -734,8 +775,119 @@ int run_typed(const options& o) {
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
   rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QPs go
-  report(o, st, client, mode_name(o.m));
+  return st;
+}
+
+// A client, or the server of one client.
+int run_typed(const options& o) {
+  rdx::context ctx = examples::open_device(o.device);
+  rdx::protection_domain pd(ctx);
+  bool setup_done = false;
+  const run_stats st = run_typed_session(
+      o, ctx, pd, [&] { return examples::bootstrap_socket(o.server, o.tcp_port, o.timeout); }, std::string(),
+      setup_done);
+  report(o, st, !o.server.empty(), mode_name(o.m));
   return 0;
+}
+
+// --- --clients N: a server that one bad client cannot hold ----------------------
+//
+// One listener; each client gets a thread, a connection (and for --window a
+// grant on it) of its own on the shared protection domain, and its own set-up
+// deadline. A client that fails costs only its own slot.
+
+struct client_tally {
+  std::mutex m;
+  std::uint32_t running = 0;
+  std::uint32_t served = 0;
+  std::uint32_t setup_failed = 0;                 // silent, slow, other settings, foreign bytes
+  std::uint32_t failed = 0;                       // failed after set-up completed
+  steady::time_point last_event = steady::now();  // the last accept or finish
+};
+
+double seconds_since(steady::time_point t) {
+  return std::chrono::duration<double>(steady::now() - t).count();
+}
+
+void serve_client(const options& o, const rdx::context& ctx, const rdx::protection_domain& pd,
+                  rdx::tcp::socket sock, const std::string& tag, client_tally& t) {
+  const auto start = steady::now();
+  bool setup_done = false;
+  std::string cause;
+  try {
+    (void)run_typed_session(
+        o, ctx, pd, [&] { return std::move(sock); }, tag, setup_done);
+  } catch (const std::exception& e) {
+    cause = e.what();
+  } catch (...) {
+    cause = "an unknown exception";
+  }
+  const std::lock_guard lock(t.m);
+  --t.running;
+  t.last_event = steady::now();
+  if (cause.empty()) {
+    ++t.served;
+    std::printf("%s finished after %.2f s: %u payloads of %zu bytes (%s) received, checked and echoed\n",
+                tag.c_str(), seconds_since(start), o.iters, o.size, mode_name(o.m));
+  } else {
+    ++(setup_done ? t.failed : t.setup_failed);
+    std::fprintf(stderr, "%s FAILED %s after %.2f s: %s\n", tag.c_str(),
+                 setup_done ? "after set-up" : "in set-up", seconds_since(start), cause.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// The next client at the listener, or none once no client is in progress and
+// none has come or finished for `idle`. A client that resets before it is
+// accepted costs nothing.
+std::optional<rdx::tcp::socket> next_client(const rdx::tcp::listener& l, client_tally& t,
+                                            std::chrono::seconds idle) {
+  for (;;) {
+    try {
+      return l.accept(std::chrono::milliseconds{100});
+    } catch (const rdx::error& e) {
+      if (e.code() != rdx::errc::timed_out) throw;
+    }
+    const std::lock_guard lock(t.m);
+    if (t.running == 0 && steady::now() - t.last_event > idle) return std::nullopt;
+  }
+}
+
+int serve_typed_clients(const options& o) {
+  rdx::context ctx = examples::open_device(o.device);
+  rdx::protection_domain pd(ctx);
+  std::printf("rdx pingpong server (%s): %s, up to %u clients at once\n", mode_name(o.m), ctx.name().c_str(),
+              o.clients);
+  const auto l = rdx::tcp::listener::bind("", o.tcp_port);
+  std::printf("  waiting for %u clients on TCP port %u\n", o.clients, l.port());
+  std::fflush(stdout);
+  client_tally t;
+  std::uint32_t accepted = 0;
+  {
+    std::vector<std::jthread> threads;  // joined at the end of this block
+    while (accepted < o.clients) {
+      std::optional<rdx::tcp::socket> s = next_client(l, t, o.timeout);
+      if (!s) {
+        std::fprintf(stderr, "  no client for %lld s: stopping after %u of %u clients\n",
+                     static_cast<long long>(o.timeout.count()), accepted, o.clients);
+        break;
+      }
+      std::string tag = "[client " + std::to_string(++accepted) + " " + s->peer() + "]";
+      {
+        const std::lock_guard lock(t.m);
+        ++t.running;
+        t.last_event = steady::now();
+        std::printf("%s accepted (%u of %u), %u in progress\n", tag.c_str(), accepted, o.clients, t.running);
+        std::fflush(stdout);
+      }
+      threads.emplace_back([&o, &ctx, &pd, &t, tag = std::move(tag), s = std::move(*s)]() mutable {
+        serve_client(o, ctx, pd, std::move(s), tag, t);
+      });
+    }
+  }
+  std::printf("%u clients handled: %u served, %u failed in set-up, %u failed after set-up\n", accepted,
+              t.served, t.setup_failed, t.failed);
+  return t.failed == 0 && t.served > 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -755,7 +907,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (o.m == mode::channel || o.m == mode::window) return run_typed(o);
+    if (o.m == mode::channel || o.m == mode::window)
+      return o.clients > 1 ? serve_typed_clients(o) : run_typed(o);
     return o.rc_compat ? run_rc_compat(o) : run_native(o);
   } catch (const rdx::error& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());

@@ -48,6 +48,14 @@ rdx_add_twonode_test(NAME examples_pingpong_no_server TIMEOUT 300
   NODE0 sleep 10
   NODE1 ${_fail} 1 "'connect to .*:18515 .*is the server running.*Connection refused'" ${_pp} -t 3 $RDX_PEER_ADDR)
 
+# One bad client cannot hold a server: with --clients 4 and an 8 s set-up
+# deadline, a silent and a slow client (node 1 connects them first) are each
+# dropped at their deadline, while two good clients are served at once.
+rdx_add_twonode_test(NAME hostile_pingpong_server_twonode TIMEOUT 300
+  NODE0 ${_fail} 0 "'4 clients handled: 2 served, 2 failed in set-up, 0 failed after set-up'"
+        ${_pp} --channel -s 64 -n 50 --clients 4 -t 8 -p 18560
+  NODE1 ${CMAKE_CURRENT_LIST_DIR}/hostile_pingpong_clients.sh ${_pp} $RDX_PEER_ADDR 18560 8)
+
 # devinfo in one VM: the GID table and the index rdx chooses.
 rdx_add_rdma_test(NAME examples_devinfo TIMEOUT 300
   COMMAND ${_fail} 0 "rdx would use: GID index [0-9]+ \\(RoCE v2" $<TARGET_FILE:devinfo>)
