@@ -14,7 +14,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -89,7 +88,6 @@ void fake_peer(const rdx::tcp::socket& s, const rdx::connection_info& info, std:
 TEST_CASE("oversize and impossible settings from a peer fail with what arrived; nothing connects",
           "[hostile]") {
   node n;
-  rdx::connection victim(n.pd, rdx::connection_attr{.recv_depth = 4});
   rdx::connection donor(n.pd, rdx::connection_attr{.recv_depth = 4});
   struct bad_case {
     const char* name;
@@ -104,12 +102,8 @@ TEST_CASE("oversize and impossible settings from a peer fail with what arrived; 
     cases.push_back({"oversize window count", b, "windows"});
   }
   {
-    rdx::wire::settings st{1, 4, 4096, {{9, 8}}};  // rights 9: no such right
-    std::vector<std::byte> b(rdx::wire::settings_size(1));
-    const auto good = rdx::wire::encode_settings(rdx::wire::settings{1, 4, 4096, {{1, 8}}});
-    std::memcpy(b.data(), good.data(), good.size());
-    rdx::wire::detail::put32(b.data() + 20, 9);
-    (void)st;
+    auto b = rdx::wire::encode_settings(rdx::wire::settings{1, 4, 4096, {{1, 8}}});
+    rdx::wire::detail::put32(b.data() + 20, 9);  // rights 9: no such right
     cases.push_back({"unknown rights", b, "rights 9"});
   }
   {
@@ -134,7 +128,6 @@ TEST_CASE("oversize and impossible settings from a peer fail with what arrived; 
     CHECK(r.what.find(bc.says) != std::string::npos);
     CHECK(r.state == rdx::qp_state::init);  // never moved towards the peer
   }
-  (void)victim;
 }
 
 TEST_CASE("one deadline for the whole exchange: a silent and a slow client cost only their own slot",

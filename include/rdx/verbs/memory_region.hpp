@@ -132,8 +132,6 @@ public:
   [[nodiscard]] std::size_t length() const noexcept { return h_->length; }
   //! The rights asked for at registration (none when adopted).
   [[nodiscard]] access rights() const noexcept { return rights_; }
-  //! The shared owner, for objects that must keep the registration alive (a bound window).
-  [[nodiscard]] const std::shared_ptr<ibv_mr>& shared_handle() const noexcept { return h_; }
 
   //! A local scatter-gather entry for [offset, offset + len) (checked by assert only:
   //! this is on the data path).

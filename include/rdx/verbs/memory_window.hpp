@@ -61,7 +61,8 @@ public:
     ibv_mw_bind b{};
     b.wr_id = to_wr_id(ctx);
     b.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-    b.bind_info = info(mr, offset, len, rights);
+    b.bind_info = info(mr.native_handle(),
+                       reinterpret_cast<std::uint64_t>(static_cast<char*>(mr.addr()) + offset), len, rights);
     return apply(qp, b, b.bind_info.addr, len);
   }
   //! Type 1: revokes the window (a zero-length bind over the region last bound,
@@ -99,11 +100,7 @@ public:
                                 const void* ctx = nullptr) {
     rkey_ = next_rkey_;
     next_rkey_ = detail::fresh_window_key(rkey_);
-    ibv_mw_bind_info bi{};
-    bi.mr = mr;
-    bi.addr = addr;
-    bi.length = len;
-    bi.mw_access_flags = static_cast<unsigned>(to_ibv(rights));
+    const ibv_mw_bind_info bi = info(mr, addr, len, rights);
     addr_ = addr;
     length_ = len;
     return send_wr::make(IBV_WR_BIND_MW, std::span<const ibv_sge>(), ctx).bind(h_.get(), rkey_, bi);
@@ -114,11 +111,10 @@ public:
   }
 
 private:
-  static ibv_mw_bind_info info(const memory_region& mr, std::size_t offset, std::size_t len,
-                               access rights) noexcept {
+  static ibv_mw_bind_info info(ibv_mr* mr, std::uint64_t addr, std::size_t len, access rights) noexcept {
     ibv_mw_bind_info bi{};
-    bi.mr = mr.native_handle();
-    bi.addr = reinterpret_cast<std::uint64_t>(static_cast<char*>(mr.addr()) + offset);
+    bi.mr = mr;
+    bi.addr = addr;
     bi.length = len;
     bi.mw_access_flags = static_cast<unsigned>(to_ibv(rights));
     return bi;

@@ -129,7 +129,6 @@ public:
   //! Keeps the peer's key for each queue pair of a window; the index for
   //! start_rdma, or no_slot when one key serves every queue pair.
   inline std::uint32_t add_peer_window(std::span<const std::uint32_t> keys);
-  [[nodiscard]] bool windows_supported() const noexcept { return windows_supported_; }
 
 protected:
   static constexpr std::uint32_t atomic_slots = 64;

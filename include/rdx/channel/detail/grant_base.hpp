@@ -13,7 +13,6 @@
 #include <rdx/verbs/memory_window.hpp>
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -87,19 +86,10 @@ protected:
 
 private:
   friend class engine;
-
-  //! Whether the device can back grants with type 2 memory windows.
-  [[nodiscard]] inline bool device_has_type2_windows(const context& ctx) {
-    const ibv_device_attr& a = ctx.query_device().raw.orig_attr;
-    return a.max_mw > 0 &&
-           (a.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
-  }
   grant_base() = default;  // the connection's own credit-word grant
   engine* eng_ = nullptr;
   grant_base* prev_ = nullptr;
   grant_base* next_ = nullptr;
-  std::shared_ptr<ibv_mr> mr_;  // the caller's region (its lkey serves local())
-  std::uint64_t addr_ = 0;
   std::uint64_t bytes_ = 0;
   access rights_ = access::none;
   grant_backing backing_ = grant_backing::memory_window;

@@ -18,8 +18,6 @@ inline grant_base::grant_base(grant_base&& o) noexcept
     : eng_(std::exchange(o.eng_, nullptr)),
       prev_(std::exchange(o.prev_, nullptr)),
       next_(std::exchange(o.next_, nullptr)),
-      mr_(std::move(o.mr_)),
-      addr_(o.addr_),
       bytes_(o.bytes_),
       rights_(o.rights_),
       backing_(o.backing_),
@@ -39,7 +37,6 @@ inline void grant_base::revoke() noexcept {
   if (eng_ != nullptr) std::exchange(eng_, nullptr)->detach_grant(*this);
   windows_.clear();  // ibv_dealloc_mw: the keys are invalid when it returns
   exact_.reset();
-  mr_.reset();
 }
 
 inline void engine::attach_grant(grant_base& g, const memory_region& mr, const void* addr, std::size_t bytes,
@@ -58,8 +55,6 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
                                " has no type 2 memory windows; ask for grant_backing::exact_registration "
                                "(or automatic, which falls back to it)");
   }
-  g.mr_ = mr.shared_handle();
-  g.addr_ = reinterpret_cast<std::uint64_t>(addr);
   g.bytes_ = bytes;
   g.rights_ = rights;
   g.backing_ = b;
@@ -87,8 +82,8 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
   grants_ = &g;
   if (!g.first_qp_only_) {
     granted_ |= rights;
+    const access want = access::remote_write | granted_;
     for (auto& q : qps_) {
-      const access want = access::remote_write | granted_;
       if (q.remote_access() != want) {
         try {
           q.set_remote_access(want);
@@ -141,7 +136,9 @@ inline void engine::bind_grants() {
     for (std::uint32_t i = 0; i < g->windows_.size(); ++i) {
       send_queue& q = sqs_[i];
       wait("waiting for send-queue room to bind a memory window", [&] { return q.has_room(); });
-      send_wr w = g->windows_[i].bind_wr(g->exact_->native_handle(), g->addr_, g->bytes_, g->rights_);
+      send_wr w =
+          g->windows_[i].bind_wr(g->exact_->native_handle(),
+                                 reinterpret_cast<std::uint64_t>(g->exact_->addr()), g->bytes_, g->rights_);
       posted.emplace_back(i, q.next_seq());
       // Signaled: the bind completes locally, without waiting for the peer
       // (in connect_pair the peer is not connected yet).
