@@ -513,7 +513,7 @@ int run_native(const options& o) {
   std::vector<rdx::remote_descriptor> mine_desc;
   if (o.m == mode::write_imm) mine_desc.push_back(r.ring.remote());
   const rdx::wire::message remote =
-      rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, time_left(setup_deadline));
+      rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, setup_deadline);
   std::printf("  remote address: %s (%s)\n", rdx::to_string(remote.ep).c_str(), sock.peer().c_str());
   rdx::remote_descriptor peer_ring{};
   if (o.m == mode::write_imm) {
@@ -531,7 +531,7 @@ int run_native(const options& o) {
               rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})),
               mode_name(o.m), o.size, o.iters);
   std::fflush(stdout);
-  rdx::tcp::barrier(sock, time_left(setup_deadline));  // both queue pairs ready, receives posted
+  rdx::tcp::barrier(sock, setup_deadline);  // both queue pairs ready, receives posted
 
   run_stats st;
   st.rtt_us.reserve(o.iters);

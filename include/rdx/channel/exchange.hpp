@@ -19,7 +19,6 @@
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/connect/wire.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -89,8 +88,7 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
       if (!g.keys.empty()) d.rkey = g.keys[i];
       desc.push_back(d);
     }
-    s.send_message(mine.endpoints[i], desc, deadline);
-    got.push_back(s.recv_message(deadline));
+    got.push_back(tcp::exchange(s, mine.endpoints[i], desc, deadline));
     peer.info.endpoints.push_back(got.back().ep);
   }
   if (got[0].descriptors.empty()) fail("the peer sent no credit word");
@@ -142,8 +140,7 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
     o.auth->finish(s, deadline);
   }
   c.connect(peer.info, o.connect);
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - tcp::clock::now());
-  tcp::barrier(s, std::max(left, std::chrono::milliseconds{0}));
+  tcp::barrier(s, deadline);
   return peer;
 }
 

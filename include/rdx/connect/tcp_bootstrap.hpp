@@ -3,10 +3,10 @@
 // attempted, with whom, and why it failed.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/connect/authenticator.hpp>
 #include <rdx/connect/wire.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/endpoint.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -446,27 +446,35 @@ private:
 }
 
 //! Sends this side's endpoint message and receives the peer's, both before
-//! `timeout` has passed. Both sides call it; the order of bytes on the wire
-//! does not depend on the role.
+//! `deadline`. Both sides call it; the order of bytes on the wire does not
+//! depend on the role.
 [[nodiscard]] inline wire::message exchange(const socket& s, const endpoint& local,
-                                            std::span<const remote_descriptor> descriptors = {},
-                                            milliseconds timeout = default_timeout) {
-  const auto deadline = clock::now() + timeout;
+                                            std::span<const remote_descriptor> descriptors,
+                                            clock::time_point deadline) {
   s.send_message(local, descriptors, deadline);
   return s.recv_message(deadline);
 }
+//! The same, both before `timeout` has passed.
+[[nodiscard]] inline wire::message exchange(const socket& s, const endpoint& local,
+                                            std::span<const remote_descriptor> descriptors = {},
+                                            milliseconds timeout = default_timeout) {
+  return exchange(s, local, descriptors, clock::now() + timeout);
+}
 
 //! Waits until the peer has reached the same point: each side sends one byte
-//! and waits for the peer's. Use it after both queue pairs are ready to
-//! receive, so the first message never meets a queue pair that is not.
-inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
-  const auto deadline = clock::now() + timeout;
+//! and waits for the peer's, before `deadline`. Use it after both queue pairs
+//! are ready to receive, so the first message never meets a queue pair that is not.
+inline void barrier(const socket& s, clock::time_point deadline) {
   const std::byte out{0x52};
   s.send_all(std::span(&out, 1), deadline, "send barrier");
   std::byte in{};
   s.recv_exact(std::span(&in, 1), deadline, "wait for peer at barrier");
   if (in != out)
     throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
+}
+//! The same, before `timeout` has passed.
+inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
+  barrier(s, clock::now() + timeout);
 }
 
 }  // namespace rdx::tcp
