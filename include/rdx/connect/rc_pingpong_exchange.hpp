@@ -21,6 +21,7 @@
 #pragma once
 
 #include <rdx/connect/tcp_bootstrap.hpp>
+#include <rdx/detail/hex.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/endpoint.hpp>
 
@@ -51,12 +52,6 @@ using message_t = std::array<char, message_size>;
 namespace detail {
 [[noreturn]] inline void fail(const std::string& what) {
   throw error(errc::wire_format, "ibv_rc_pingpong address message: " + what);
-}
-inline int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 inline std::string printable(std::span<const char> in) {
   std::string s;
@@ -113,7 +108,7 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
   auto field = [&](std::size_t pos, std::size_t len, const char* name) {
     std::uint32_t v = 0;
     for (std::size_t i = pos; i < pos + len; ++i) {
-      const int d = detail::hex_value(in[i]);
+      const int d = rdx::detail::hex_value(in[i]);
       if (d < 0)
         detail::fail("byte " + std::to_string(i) + " of the " + name + " is not a hex digit in \"" +
                      detail::printable(in) + "\"");
@@ -131,8 +126,8 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
   ep.qpn = field(5, 6, "QP number");
   ep.psn = field(12, 6, "PSN");
   for (std::size_t i = 0; i < 16; ++i) {
-    const int hi = detail::hex_value(in[19 + 2 * i]);
-    const int lo = detail::hex_value(in[20 + 2 * i]);
+    const int hi = rdx::detail::hex_value(in[19 + 2 * i]);
+    const int lo = rdx::detail::hex_value(in[20 + 2 * i]);
     if (hi < 0 || lo < 0)
       detail::fail("byte " + std::to_string(hi < 0 ? 19 + 2 * i : 20 + 2 * i) +
                    " of the GID is not a hex digit in \"" + detail::printable(in) + "\"");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rdx/auth/detail/message.hpp>
+#include <rdx/detail/hex.hpp>
 #include <rdx/error.hpp>
 
 #include <algorithm>
@@ -88,19 +89,6 @@ struct file_descriptor {
   }
 };
 
-inline int hex_value(char c) noexcept {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
 inline bool is_space(char c) noexcept {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
@@ -113,7 +101,7 @@ inline std::size_t decode_hex(std::string_view text, std::span<std::byte> out, c
     if (is_space(text[i])) {
       continue;
     }
-    const int v = hex_value(text[i]);
+    const int v = rdx::detail::hex_value(text[i]);
     // The character itself is not shown: it is part of a secret.
     if (v < 0) {
       fail_key(source + ": character " + std::to_string(i + 1) + " is not a hex digit");
