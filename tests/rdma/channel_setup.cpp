@@ -130,6 +130,63 @@ TEST_CASE("oversize and impossible settings from a peer fail with what arrived; 
   }
 }
 
+TEST_CASE(
+    "endpoint messages that disagree on a window, or lack the credit word, fail before anything connects",
+    "[hostile]") {
+  node n;
+  const rdx::connection_attr two{.queue_pairs = 2, .recv_depth = 4};
+  rdx::connection donor(n.pd, two);
+  const rdx::connection_info info = donor.local_info();
+  const rdx::remote_descriptor window{0x10000, 0x1234, 4096};
+  struct bad_case {
+    const char* name;
+    std::vector<rdx::remote_descriptor> first, second;
+    const char* says;
+  };
+  const std::vector<bad_case> cases = {
+      {"no credit word", {}, {}, "no credit word"},
+      {"a window missing from the second message", {info.credit_word, window}, {}, "window keys"},
+      {"the window names other memory on queue pair 1",
+       {info.credit_word, window},
+       {{window.addr + 64, 0x5678, window.length}},
+       "names other memory for queue pair 1"},
+  };
+  for (const auto& bc : cases) {
+    INFO(bc.name);
+    rdx::connection c(n.pd, two);
+    tcp_pair t;
+    std::thread peer([&] {
+      try {
+        const auto deadline = clk::now() + 5s;
+        t.client.send_message(info.endpoints[0], bc.first, deadline);
+        (void)t.client.recv_message(deadline);
+        t.client.send_message(info.endpoints[1], bc.second, deadline);
+        (void)t.client.recv_message(deadline);
+      } catch (const rdx::error&) {}
+    });
+    const outcome r = run_side(t.server, c, {}, rdx::exchange_options{.timeout = 5s});
+    peer.join();
+    INFO(r.what);
+    CHECK_FALSE(r.connected);
+    CHECK(r.ec == rdx::errc::wire_format);
+    CHECK(r.what.find(bc.says) != std::string::npos);
+    CHECK(r.state == rdx::qp_state::init);
+  }
+  // A peer's window with keys for another number of queue pairs is refused at setup.
+  rdx::window_descriptor three_keys{window, rights::write, 8, {1, 2, 3}};
+  three_keys.memory.rkey = 1;
+  CHECK_THROWS_WITH((rdx::remote_window<std::uint64_t, rights::write>(donor, three_keys)),
+                    Catch::Contains("keys for 3 queue pairs, the connection has 2"));
+  // A grant made on a connection of one queue pair cannot be offered on one of two.
+  rdx::connection one(n.pd, rdx::connection_attr{.recv_depth = 4});
+  auto region = rdx::make_window_buffer<std::uint64_t>(n.pd, 8);
+  rdx::grant<std::uint64_t, rights::write> g(one, region);
+  const rdx::window_descriptor offered[] = {g.descriptor()};
+  tcp_pair t;
+  CHECK_THROWS_WITH(rdx::exchange_and_connect(t.server, donor, offered, rdx::exchange_options{.timeout = 1s}),
+                    Catch::Contains("made on another connection"));
+}
+
 TEST_CASE("one deadline for the whole exchange: a silent and a slow client cost only their own slot",
           "[hostile]") {
   node n;
