@@ -83,6 +83,26 @@ void fake_peer(const rdx::tcp::socket& s, const rdx::connection_info& info, std:
   s.send_all(tail, deadline, "fake settings");
 }
 
+// Runs c's side of an exchange against a peer that sends what `speak` sends,
+// and checks that c refused it as malformed, naming `says`, with its queue
+// pairs never moved towards the peer.
+void expect_refused(rdx::connection& c, const std::function<void(const rdx::tcp::socket&)>& speak,
+                    const char* says) {
+  tcp_pair t;
+  std::thread peer([&] {
+    try {
+      speak(t.client);
+    } catch (const rdx::error&) {}
+  });
+  const outcome r = run_side(t.server, c, {}, rdx::exchange_options{.timeout = 5s});
+  peer.join();
+  INFO(r.what);
+  CHECK_FALSE(r.connected);
+  CHECK(r.ec == rdx::errc::wire_format);
+  CHECK(r.what.find(says) != std::string::npos);
+  CHECK(r.state == rdx::qp_state::init);
+}
+
 }  // namespace
 
 TEST_CASE("oversize and impossible settings from a peer fail with what arrived; nothing connects",
@@ -114,19 +134,8 @@ TEST_CASE("oversize and impossible settings from a peer fail with what arrived; 
   for (const auto& bc : cases) {
     INFO(bc.name);
     rdx::connection c(n.pd, rdx::connection_attr{.recv_depth = 4});
-    tcp_pair t;
-    std::thread peer([&] {
-      try {
-        fake_peer(t.client, donor.local_info(), bc.bytes);
-      } catch (const rdx::error&) {}
-    });
-    const outcome r = run_side(t.server, c, {}, rdx::exchange_options{.timeout = 5s});
-    peer.join();
-    INFO(r.what);
-    CHECK_FALSE(r.connected);
-    CHECK(r.ec == rdx::errc::wire_format);
-    CHECK(r.what.find(bc.says) != std::string::npos);
-    CHECK(r.state == rdx::qp_state::init);  // never moved towards the peer
+    expect_refused(
+        c, [&](const rdx::tcp::socket& s) { fake_peer(s, donor.local_info(), bc.bytes); }, bc.says);
   }
 }
 
@@ -154,23 +163,14 @@ TEST_CASE(
   for (const auto& bc : cases) {
     INFO(bc.name);
     rdx::connection c(n.pd, two);
-    tcp_pair t;
-    std::thread peer([&] {
-      try {
-        const auto deadline = clk::now() + 5s;
-        t.client.send_message(info.endpoints[0], bc.first, deadline);
-        (void)t.client.recv_message(deadline);
-        t.client.send_message(info.endpoints[1], bc.second, deadline);
-        (void)t.client.recv_message(deadline);
-      } catch (const rdx::error&) {}
-    });
-    const outcome r = run_side(t.server, c, {}, rdx::exchange_options{.timeout = 5s});
-    peer.join();
-    INFO(r.what);
-    CHECK_FALSE(r.connected);
-    CHECK(r.ec == rdx::errc::wire_format);
-    CHECK(r.what.find(bc.says) != std::string::npos);
-    CHECK(r.state == rdx::qp_state::init);
+    expect_refused(
+        c,
+        [&](const rdx::tcp::socket& s) {
+          const auto deadline = clk::now() + 5s;
+          (void)rdx::tcp::exchange(s, info.endpoints[0], bc.first, deadline);
+          (void)rdx::tcp::exchange(s, info.endpoints[1], bc.second, deadline);
+        },
+        bc.says);
   }
   // A peer's window with keys for another number of queue pairs is refused at setup.
   rdx::window_descriptor three_keys{window, rights::write, 8, {1, 2, 3}};
