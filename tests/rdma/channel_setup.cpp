@@ -232,8 +232,9 @@ TEST_CASE("one deadline for the whole exchange: a silent and a slow client cost 
   for (int i = 0; i < 3; ++i) {
     conns.push_back(std::make_unique<rdx::connection>(n.pd, rdx::connection_attr{.recv_depth = 4}));
     rdx::tcp::socket s = l.accept(5s);
-    slots.emplace_back([&, i, s = std::move(s)]() mutable {
-      served[i] = run_side(s, *conns[i], {}, rdx::exchange_options{.timeout = timeout});
+    // The thread gets its connection itself: conns grows while earlier slots run.
+    slots.emplace_back([&, i, c = conns.back().get(), s = std::move(s)]() mutable {
+      served[i] = run_side(s, *c, {}, rdx::exchange_options{.timeout = timeout});
     });
   }
   good.join();
