@@ -28,6 +28,10 @@ enum class errc {
   protocol_error,      //!< the peer sent an impossible value (a credit count, a header)
   //! set-up authentication refused the peer: its key, a nonce or the transcript
   authentication_failed,
+  rejected,           //!< the peer (or its connection manager) refused the connection
+  unreachable,        //!< no route to the peer, or its connection manager never answered
+  address_error,      //!< an address that cannot be resolved to a local RDMA device
+  peer_disconnected,  //!< the peer disconnected (rdma_cm): pending operations end at once
 };
 }  // namespace rdx
 
@@ -56,6 +60,10 @@ public:
       case errc::operation_canceled: return "operation canceled";
       case errc::protocol_error: return "protocol error: the peer sent an impossible value";
       case errc::authentication_failed: return "authentication failed";
+      case errc::rejected: return "connection rejected";
+      case errc::unreachable: return "peer unreachable";
+      case errc::address_error: return "address error";
+      case errc::peer_disconnected: return "the peer disconnected";
     }
     return "unknown rdx error";
   }

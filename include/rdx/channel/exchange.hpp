@@ -29,12 +29,6 @@
 
 namespace rdx {
 
-//! What the peer offered: its connection and its window grants, in its order.
-struct peer_offer {
-  connection_info info;
-  std::vector<window_descriptor> windows;
-};
-
 //! How exchange_and_connect runs.
 struct exchange_options {
   //! The whole exchange, not each step: a slow or silent peer holds it no longer.

@@ -119,6 +119,13 @@ struct window_descriptor {
   friend bool operator==(const window_descriptor&, const window_descriptor&) = default;
 };
 
+//! What the peer offered when connecting (over TCP or rdma_cm): its
+//! connection and its window grants, in its order.
+struct peer_offer {
+  connection_info info;
+  std::vector<window_descriptor> windows;
+};
+
 //! A grant on one connection: elements of T in a registered region that the
 //! peer may reach with exactly the rights R, and nothing else of the region.
 //! Backed by a type 2 memory window per queue pair, each bound to its queue

@@ -5,6 +5,7 @@
 
 #include <rdx/connect/authenticator.hpp>
 #include <rdx/connect/wire.hpp>
+#include <rdx/detail/address.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/endpoint.hpp>
 
@@ -61,35 +62,8 @@ inline int poll_ms(clock::time_point deadline) noexcept {
   return static_cast<int>(std::min<long long>(left + 1, 1 << 30));
 }
 
-inline std::string address_text(const sockaddr* sa) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  unsigned port = 0;
-  if (sa->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  if (sa->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-    port = ntohs(in6->sin6_port);
-    // An IPv4 client of a dual-stack listener: show it as plain IPv4.
-    std::string h = host;
-    if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos)
-      h = h.substr(7);
-    else
-      h = "[" + h + "]";
-    return h + ":" + std::to_string(port);
-  }
-  return "?";
-}
-
-inline std::string host_port(std::string_view host, std::uint16_t port) {
-  std::string h(host);
-  if (h.find(':') != std::string::npos) h = "[" + h + "]";
-  return h + ":" + std::to_string(port);
-}
+using rdx::detail::address_text;
+using rdx::detail::host_port;
 
 inline void set_nonblocking(int fd, bool on) {
   const int fl = ::fcntl(fd, F_GETFL);

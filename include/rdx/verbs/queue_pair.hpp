@@ -231,6 +231,19 @@ public:
     modify(a, mask, "RTS");
   }
 
+  //! Applies attributes a connection manager computed (rdma_cm's
+  //! rdma_init_qp_attr: address vector, PSNs, path MTU), adding this queue
+  //! pair's remote access where the target state takes it.
+  //! @throws rdx::error naming the transition, as the other transitions do.
+  void apply(ibv_qp_attr a, int mask, const char* target) {
+    if (type_ != qp_type::ud && (a.qp_state == IBV_QPS_INIT || a.qp_state == IBV_QPS_RTR)) {
+      a.qp_access_flags = remote_access_flags();
+      mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    if ((mask & IBV_QP_SQ_PSN) != 0) psn_ = a.sq_psn;
+    modify(a, mask, target);
+  }
+
   //! Any state -> ERROR: outstanding work requests complete with IBV_WC_WR_FLUSH_ERR.
   void to_error() {
     ibv_qp_attr a{};

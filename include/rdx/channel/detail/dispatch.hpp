@@ -35,6 +35,10 @@ inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
     if (op != nullptr && !ec) op->value_ = atomics_[r.aux];
     free_atomics_.push(r.aux);
   }
+  // Work flushed because the peer disconnected ends with that reason, not the flush.
+  if (failed_ && failure_ == errc::peer_disconnected && ec == make_wc_error_code(IBV_WC_WR_FLUSH_ERR)) {
+    ec = failure_;
+  }
   if (op != nullptr) finish_part(*op, closing_ ? make_error_code(errc::operation_aborted) : ec);
 }
 
@@ -132,6 +136,15 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
       }
     }
     a = next;
+  }
+  if (link_ != nullptr && connected_ && !failed_ && now != std::chrono::steady_clock::time_point{} &&
+      now - link_checked_ >= std::chrono::milliseconds(1)) {
+    link_checked_ = now;
+    if (std::error_code ec = link_->poll()) {
+      std::snprintf(failure_text_, sizeof failure_text_, "%s sent DISCONNECTED (rdma_cm)", link_->peer());
+      fail(ec);
+      return;
+    }
   }
   if (now == std::chrono::steady_clock::time_point{} || attr_.keepalive.count() == 0) return;
   // Liveness: receives (or deferred sends) wait and nothing is in flight

@@ -8,6 +8,7 @@
 
 #include <rdx/channel/detail/grant_base.hpp>
 #include <rdx/channel/detail/op_list.hpp>
+#include <rdx/channel/detail/peer_link.hpp>
 #include <rdx/channel/message_ring.hpp>
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/send_queue.hpp>
@@ -29,7 +30,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -130,6 +133,18 @@ public:
   //! start_rdma, or no_slot when one key serves every queue pair.
   inline std::uint32_t add_peer_window(std::span<const std::uint32_t> keys);
 
+  // --- connection managers (cm/) -------------------------------------------------
+
+  //! Moves queue pair i to RTS with the attributes a connection manager computed.
+  using qp_connector = std::function<void(std::size_t i, queue_pair& qp, const connect_options& o)>;
+  //! connect() with the transitions done by `how` instead of from peer.endpoints
+  //! (which must still have one entry per queue pair); binds the grants.
+  inline void connect_with(const connection_info& peer, const connect_options& opt, const qp_connector& how);
+  //! Keeps the manager's link: housekeeping polls it, event mode sleeps on it,
+  //! and its DISCONNECTED fails the connection at once. Destroyed in teardown.
+  void attach_link(std::unique_ptr<peer_link> l) noexcept { link_ = std::move(l); }
+  [[nodiscard]] peer_link* link() const noexcept { return link_.get(); }
+
 protected:
   static constexpr std::uint32_t atomic_slots = 64;
 
@@ -191,6 +206,8 @@ protected:
   access granted_ = access::none;         // the union of their rights
   std::vector<std::uint32_t> peer_keys_;  // the peer's key per queue pair, K per striped window
   grant_base credit_grant_;               // the 8-byte credit word, queue pair 0
+  std::unique_ptr<peer_link> link_;       // rdma_cm's ids, when cm connected this connection
+  std::chrono::steady_clock::time_point link_checked_{};
   std::vector<queue_pair> qps_;
   std::vector<send_queue> sqs_;
 
@@ -325,6 +342,11 @@ inline connection_info engine::local_info() const {
 }
 
 inline void engine::connect(const connection_info& peer, const connect_options& opt) {
+  connect_with(peer, opt, {});
+}
+
+inline void engine::connect_with(const connection_info& peer, const connect_options& opt,
+                                 const qp_connector& how) {
   auto differ = [](const char* what, std::uint64_t here, std::uint64_t there) {
     throw_rdx(errc::invalid_argument, std::string("connection::connect: ") + what + " is " +
                                           std::to_string(here) + " here but " + std::to_string(there) +
@@ -342,7 +364,13 @@ inline void engine::connect(const connection_info& peer, const connect_options& 
   if (o.rnr_retry == 7) o.rnr_retry = 6;
   if (o.retry_cnt == 7) o.retry_cnt = 6;
   if (connected_) throw_rdx(errc::not_ready, "connection::connect: already connected");
-  for (std::size_t i = 0; i < qps_.size(); ++i) qps_[i].connect(peer.endpoints[i], o);
+  for (std::size_t i = 0; i < qps_.size(); ++i) {
+    if (how) {
+      how(i, qps_[i], o);
+    } else {
+      qps_[i].connect(peer.endpoints[i], o);
+    }
+  }
   peer_credit_ = peer.credit_word;
   opt_ = o;
   connected_ = true;
@@ -396,8 +424,11 @@ inline int engine::progress() noexcept {
   // The clock is read only when something needs it (a clock read can be a
   // system call in a VM): bounded awaits every 64 calls, and the keepalive
   // every 1024 idle polls while receives or deferred operations wait.
-  const bool keepalive_due =
-      handled == 0 && (++idle_polls_ & 1023) == 0 && attr_.keepalive.count() > 0 && something_waits();
+  // A connection manager's link is looked at on the same clock, also while
+  // only one-sided work is in flight (a disconnect ends it at once).
+  const bool keepalive_due = handled == 0 && (++idle_polls_ & 1023) == 0 &&
+                             ((attr_.keepalive.count() > 0 && something_waits()) ||
+                              (link_ != nullptr && (something_waits() || sends_outstanding())));
   if (keepalive_due || (bounded_ != nullptr && (++ticks_ & 63) == 0)) {
     housekeeping(std::chrono::steady_clock::now());
   }

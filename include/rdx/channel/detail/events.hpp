@@ -38,8 +38,12 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
   if (!deferred_.empty()) until = std::min(until, now + std::chrono::milliseconds(1));
   const int ms = static_cast<int>(
       std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
-  pollfd p[2] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  const int r = ::poll(p, 2, ms);
+  pollfd p[3] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}};
+  if (link_ != nullptr && connected_ && !failed_) {
+    p[2].fd = link_->fd();
+    link_checked_ = {};  // a cm event wakes this sleep: housekeeping below takes it now
+  }
+  const int r = ::poll(p, 3, ms);
   if (r > 0 && (p[1].revents & POLLIN) != 0) {
     std::uint64_t v = 0;
     (void)!::read(wake_fd_, &v, sizeof v);

@@ -105,6 +105,8 @@ inline void engine::shut_down() noexcept {
   failed_ = true;
   if (!failure_) failure_ = aborted;
   to_error();
+  // The peer hears DISCONNECTED now rather than after its retries run out.
+  if (link_ != nullptr) link_->disconnect();
   const auto deadline = std::chrono::steady_clock::now() + attr_.drain_timeout;
   for (unsigned spins = 0;; ++spins) {
     if (ring_.posted() == 0 && !sends_outstanding()) break;
@@ -119,6 +121,7 @@ inline void engine::shut_down() noexcept {
   while (!ready_.empty()) ready_.pop()->waiter_ = {};
   sqs_.clear();
   qps_.clear();
+  link_.reset();
   if (wake_fd_ >= 0) ::close(wake_fd_);
   wake_fd_ = -1;
 }

@@ -1,0 +1,344 @@
+// rdx::cm: a connected link (the rdma_cm ids of one peer and their own event
+// channel), the connection manager's events as typed errors naming the peer,
+// queue-pair transitions from rdma_init_qp_attr, and the active side of a
+// connection: resolve, request, response, establish. Queue pairs are the
+// caller's (rdma_cm ids without a queue pair), so rdx's own queue pairs,
+// completion queues and memory serve both bootstraps. docs/design.md, "rdma_cm".
+#pragma once
+
+#include <rdx/channel/detail/peer_link.hpp>
+#include <rdx/cm/event_channel.hpp>
+#include <rdx/cm/id.hpp>
+#include <rdx/cm/private_data.hpp>
+#include <rdx/error.hpp>
+#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/queue_pair_attr.hpp>
+
+#include <rdma/rdma_cma.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdx::cm {
+
+//! How a connection is set up over rdma_cm.
+struct options {
+  //! The whole set-up (resolution, request, reply, establishment), not each step.
+  std::chrono::milliseconds timeout{10000};
+  connect_options qp{};  //!< timeout, retries and RNR settings of the queue pairs
+};
+
+namespace detail {
+
+// IB CM reject reasons a user meets (IBTA 12.6.7.2).
+inline constexpr int rej_invalid_service_id = 8;
+inline constexpr int rej_consumer = 28;
+
+//! The error an unexpected event stands for, naming the peer and the step.
+[[nodiscard]] inline error event_failure(const event& e, const std::string& peer, std::string_view step) {
+  const std::string at = std::string(step) + " with " + peer + ": ";
+  const std::string why = e.status < 0 ? std::string(" (") + std::strerror(-e.status) + ")" : "";
+  switch (e.type) {
+    case RDMA_CM_EVENT_ADDR_ERROR:
+      return error(errc::address_error, at + "the address resolves to no local RDMA device" + why +
+                                            "; is an RDMA device bound to the interface that routes there "
+                                            "(rdma link add rxe0 type rxe netdev eth0)?");
+    case RDMA_CM_EVENT_ROUTE_ERROR: return error(errc::unreachable, at + "no route" + why);
+    case RDMA_CM_EVENT_UNREACHABLE:
+      return error(errc::unreachable, at + "the peer's connection manager did not answer" + why +
+                                          " (is the host up and its RDMA device active?)");
+    case RDMA_CM_EVENT_CONNECT_ERROR: return error(errc::unreachable, at + "the connection failed" + why);
+    case RDMA_CM_EVENT_REJECTED: {
+      if (e.status == rej_invalid_service_id) {
+        return error(errc::rejected, at + "nothing listens on that port (rejected: invalid service ID)");
+      }
+      if (auto r = decode_rejection(e.private_data)) {
+        return error(errc::rejected, at + "rejected by the rdx server (speaks version " +
+                                         std::to_string(r->version) + "): " + r->text);
+      }
+      return error(errc::rejected, at + "rejected (IB CM reason " + std::to_string(e.status) + ")");
+    }
+    case RDMA_CM_EVENT_DISCONNECTED: return error(errc::peer_disconnected, at + "the peer disconnected");
+    case RDMA_CM_EVENT_DEVICE_REMOVAL: return error(errc::no_device, at + "the RDMA device was removed");
+    default: return error(errc::protocol_error, at + "unexpected " + e.name());
+  }
+}
+
+//! Waits for `want` on each of ids (in any order); the events, in ids' order.
+//! @throws the event_failure of any other event about them, or errc::timed_out.
+inline std::vector<event> await_all(event_channel& ch, std::span<rdma_cm_id* const> ids,
+                                    rdma_cm_event_type want, clock::time_point deadline,
+                                    const std::string& peer, std::string_view step,
+                                    std::chrono::milliseconds budget) {
+  std::vector<event> got(ids.size());
+  std::vector<bool> have(ids.size(), false);
+  std::size_t left = ids.size();
+  while (left > 0) {
+    std::optional<event> e = ch.next(deadline);
+    if (!e) {
+      throw error(errc::timed_out, std::string(step) + " with " + peer + ": no " + ::rdma_event_str(want) +
+                                       " within " + std::to_string(budget.count()) + " ms");
+    }
+    const auto it = std::find(ids.begin(), ids.end(), e->id);
+    if (it == ids.end()) continue;  // an id this wait is not about
+    if (e->type != want) {
+      if (e->type == RDMA_CM_EVENT_TIMEWAIT_EXIT) continue;
+      throw event_failure(*e, peer, step);
+    }
+    const auto i = static_cast<std::size_t>(it - ids.begin());
+    if (!have[i]) {
+      have[i] = true;
+      got[i] = std::move(*e);
+      --left;
+    }
+  }
+  return got;
+}
+
+//! What both sides offer for reads and atomics: min(device, 16).
+inline std::uint8_t rd_atomic_of(rdma_cm_id* id) {
+  ibv_device_attr a{};
+  if (id->verbs == nullptr || ::ibv_query_device(id->verbs, &a) != 0) return 1;
+  return static_cast<std::uint8_t>(std::clamp(std::min(a.max_qp_rd_atom, a.max_qp_init_rd_atom), 1, 16));
+}
+
+//! The connection parameters rdx sends with a request or an accept.
+inline rdma_conn_param conn_param_for(rdma_cm_id* id, const queue_pair& qp, std::span<const std::byte> pd,
+                                      const connect_options& o) {
+  rdma_conn_param p{};
+  p.private_data = pd.empty() ? nullptr : pd.data();
+  p.private_data_len = static_cast<std::uint8_t>(pd.size());
+  p.responder_resources = rd_atomic_of(id);
+  p.initiator_depth = p.responder_resources;
+  p.flow_control = 1;
+  p.retry_count = std::min<std::uint8_t>(o.retry_cnt, 7);
+  p.rnr_retry_count = std::min<std::uint8_t>(o.rnr_retry, 7);
+  p.qp_num = qp.native_handle()->qp_num;
+  return p;
+}
+
+//! Checks that qp can be connected through id: same device, same port.
+inline void check_qp_for(rdma_cm_id* id, const queue_pair& qp, const std::string& peer) {
+  const std::string dev = ::ibv_get_device_name(qp.native_handle()->context->device);
+  const std::string cm_dev = id->verbs != nullptr ? ::ibv_get_device_name(id->verbs->device) : "?";
+  if (dev != cm_dev) {
+    throw error(errc::invalid_argument, "rdma_cm with " + peer + ": the address is reached through " +
+                                            cm_dev + ", but the queue pair is on " + dev +
+                                            "; make the protection domain on " + cm_dev +
+                                            " (RDX_DEVICE=" + cm_dev + ")");
+  }
+  if (qp.state() != qp_state::reset && qp.port() != id->port_num) {
+    throw error(errc::invalid_argument, "rdma_cm with " + peer + ": the address is reached through port " +
+                                            std::to_string(id->port_num) + " of " + cm_dev +
+                                            ", the queue pair uses port " + std::to_string(qp.port()) +
+                                            " (connection_attr::port)");
+  }
+  if (qp.state() != qp_state::reset && qp.state() != qp_state::init) {
+    throw error(errc::not_ready, "rdma_cm with " + peer +
+                                     ": the queue pair must be in RESET or INIT, it is in " +
+                                     std::string(to_string(qp.state())));
+  }
+}
+
+//! (RESET ->) INIT -> RTR -> RTS with what the connection manager computed
+//! (address vector, PSNs, path MTU, read depths) and rdx's retry settings.
+inline void connect_qp(rdma_cm_id* id, queue_pair& qp, const connect_options& o) {
+  auto attrs = [&](ibv_qp_state s, int& mask) {
+    ibv_qp_attr a{};
+    a.qp_state = s;
+    mask = 0;
+    if (::rdma_init_qp_attr(id, &a, &mask) != 0) fail_errno("rdma_init_qp_attr");
+    return a;
+  };
+  int mask = 0;
+  if (qp.state() == qp_state::reset) {
+    ibv_qp_attr a = attrs(IBV_QPS_INIT, mask);
+    qp.apply(a, mask, "INIT");
+  }
+  ibv_qp_attr r = attrs(IBV_QPS_RTR, mask);
+  r.min_rnr_timer = o.min_rnr_timer;
+  mask |= IBV_QP_MIN_RNR_TIMER;
+  qp.apply(r, mask, "RTR");
+  ibv_qp_attr t = attrs(IBV_QPS_RTS, mask);
+  t.timeout = o.timeout;
+  t.retry_cnt = o.retry_cnt;
+  t.rnr_retry = o.rnr_retry;
+  mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY;
+  qp.apply(t, mask, "RTS");
+}
+
+}  // namespace detail
+
+//! The rdma_cm side of a connection to one peer: its ids (one per queue
+//! pair) on an event channel of their own. Destroying it disconnects. Given
+//! to a connection (cm::connect, listener::accept), it fails the connection
+//! at once when the peer disconnects. Move-only; one thread at a time.
+class link final : public rdx::detail::peer_link {
+public:
+  link(event_channel ch, std::vector<id> ids, std::string peer, std::vector<std::byte> peer_data)
+      : ch_(std::move(ch)), ids_(std::move(ids)), peer_(std::move(peer)), peer_data_(std::move(peer_data)) {}
+  link(link&&) noexcept = default;
+  link& operator=(link&& o) noexcept {
+    if (this != &o) {
+      disconnect();
+      ids_.clear();
+      ch_ = std::move(o.ch_);
+      ids_ = std::move(o.ids_);
+      peer_ = std::move(o.peer_);
+      peer_data_ = std::move(o.peer_data_);
+      gone_ = o.gone_;
+      said_ = o.said_;
+    }
+    return *this;
+  }
+  ~link() override {
+    disconnect();
+    ids_.clear();  // before the channel they are on
+  }
+
+  [[nodiscard]] int fd() const noexcept override { return ch_.fd(); }
+  [[nodiscard]] const char* peer() const noexcept override { return peer_.c_str(); }
+  //! The private data the peer sent with its request (server) or reply (client).
+  [[nodiscard]] const std::vector<std::byte>& peer_private_data() const noexcept { return peer_data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return ids_.size(); }
+  [[nodiscard]] rdma_cm_id* native_handle(std::size_t i = 0) const noexcept {
+    return ids_[i].native_handle();
+  }
+  //! True once the peer's DISCONNECTED arrived (poll() or wait_disconnected() saw it).
+  [[nodiscard]] bool disconnected() const noexcept { return gone_; }
+
+  [[nodiscard]] std::error_code poll() noexcept override {
+    try {
+      while (auto e = ch_.try_next()) note(*e);
+    } catch (const error& x) {
+      return x.code();
+    }
+    return gone_ ? make_error_code(errc::peer_disconnected) : std::error_code{};
+  }
+
+  //! Waits until the peer disconnects or deadline. @return true when it did.
+  bool wait_disconnected(clock::time_point deadline) {
+    while (!gone_) {
+      std::optional<event> e = ch_.next(deadline);
+      if (!e) return false;
+      note(*e);
+    }
+    return true;
+  }
+
+  void disconnect() noexcept override {
+    if (said_) return;
+    said_ = true;
+    for (auto& i : ids_) {
+      if (i) (void)::rdma_disconnect(i.native_handle());
+    }
+  }
+
+private:
+  void note(const event& e) noexcept {
+    if (e.type == RDMA_CM_EVENT_DISCONNECTED || e.type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+      gone_ = true;
+      disconnect();  // answers the peer's DREQ
+    }
+  }
+  event_channel ch_;
+  std::vector<id> ids_;
+  std::string peer_;
+  std::vector<std::byte> peer_data_;
+  bool gone_ = false;
+  bool said_ = false;
+};
+
+namespace detail {
+
+//! The active side, step by step, for K queue pairs: resolve, request,
+//! response, (the caller connects its queue pairs), establish.
+class dialer {
+public:
+  dialer(std::string_view host, std::uint16_t port, std::size_t k, const options& o)
+      : peer_(host_port(host, port)), budget_(o.timeout), deadline_(clock::now() + o.timeout) {
+    const sockaddr_storage to = resolve_host(host, port, false);
+    const int ms = static_cast<int>(std::max<long long>(1, o.timeout.count()));
+    for (std::size_t i = 0; i < k; ++i) ids_.emplace_back(ch_);
+    for (auto& i : ids_) {
+      if (::rdma_resolve_addr(i.native_handle(), nullptr,
+                              reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&to)), ms) != 0) {
+        fail_errno("rdma_resolve_addr for " + peer_);
+      }
+    }
+    (void)await(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
+    for (auto& i : ids_) {
+      if (::rdma_resolve_route(i.native_handle(), ms) != 0) fail_errno("rdma_resolve_route for " + peer_);
+    }
+    (void)await(RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route");
+  }
+
+  [[nodiscard]] rdma_cm_id* id_of(std::size_t i) const noexcept { return ids_[i].native_handle(); }
+  [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
+  [[nodiscard]] clock::time_point deadline() const noexcept { return deadline_; }
+
+  //! Sends request i for qp with private data pd.
+  void request(std::size_t i, const queue_pair& qp, std::span<const std::byte> pd, const connect_options& o) {
+    check_qp_for(id_of(i), qp, peer_);
+    rdma_conn_param p = conn_param_for(id_of(i), qp, pd, o);
+    if (::rdma_connect(id_of(i), &p) != 0) {
+      fail_errno("rdma_connect to " + peer_ + " (private data of " + std::to_string(pd.size()) +
+                 " bytes; at most " + std::to_string(request_capacity) + ")");
+    }
+  }
+  //! The peer's replies, one per request.
+  std::vector<event> responses() { return await(RDMA_CM_EVENT_CONNECT_RESPONSE, "connecting"); }
+  //! Tells the peer every queue pair is ready (its side sees ESTABLISHED) and
+  //! hands over the ids.
+  link establish(std::vector<std::byte> reply) {
+    for (auto& i : ids_) {
+      if (::rdma_establish(i.native_handle()) != 0) fail_errno("rdma_establish with " + peer_);
+    }
+    return link(std::move(ch_), std::move(ids_), peer_, std::move(reply));
+  }
+
+private:
+  std::vector<event> await(rdma_cm_event_type want, std::string_view step) {
+    std::vector<rdma_cm_id*> raw;
+    for (auto& i : ids_) raw.push_back(i.native_handle());
+    return await_all(ch_, raw, want, deadline_, peer_, step, budget_);
+  }
+  event_channel ch_;
+  std::vector<id> ids_;  // declared after the channel: destroyed first
+  std::string peer_;
+  std::chrono::milliseconds budget_;
+  clock::time_point deadline_;
+};
+
+}  // namespace detail
+
+//! Connects qp (RC, in RESET or INIT, on the device the address resolves to)
+//! to a server at host:port through rdma_cm, sending private_data (at most
+//! 56 bytes) with the request: the active side of any rdma_cm program
+//! (rdma-core's rdma_server, say). @return the link; the peer's reply data is
+//! link::peer_private_data(). @throws rdx::error: errc::address_error,
+//! errc::unreachable, errc::rejected (nothing listens, or the server refused),
+//! errc::timed_out at o.timeout; each names the peer.
+[[nodiscard]] inline link connect(queue_pair& qp, std::string_view host, std::uint16_t port,
+                                  std::span<const std::byte> private_data = {}, const options& o = {}) {
+  rdx::detail::check_connect_options(o.qp);
+  if (private_data.size() > request_capacity) {
+    throw error(errc::invalid_argument, "cm::connect: " + std::to_string(private_data.size()) +
+                                            " bytes of private data, a request carries at most " +
+                                            std::to_string(request_capacity));
+  }
+  detail::dialer d(host, port, 1, o);
+  d.request(0, qp, private_data, o.qp);
+  std::vector<event> r = d.responses();
+  detail::connect_qp(d.id_of(0), qp, o.qp);
+  return d.establish(std::move(r[0].private_data));
+}
+
+}  // namespace rdx::cm

@@ -1,0 +1,335 @@
+// rdma_cm on one node: an rdx connection set up through rdma_cm between two
+// threads of one process (server and client on the node's own address), for
+// 1 and 2 queue pairs with data checked; a port with no listener; a request
+// of a wrong version, and one whose settings differ (both rejected with the
+// reason, which the client reads); too many grants; a peer that connects and
+// vanishes (the listener goes on); the peer's DISCONNECTED failing pending
+// operations at once, next to the retry-timeout bound. Run under the
+// asan-ubsan preset as well.
+#include <rdx/cm/cm.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "channel_support.hpp"
+
+using namespace std::chrono_literals;
+using rdx::rights;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+std::string node_address() {
+  const char* a = std::getenv("RDX_NODE_ADDR");
+  if (a == nullptr || *a == '\0') {
+    std::fprintf(stderr,
+                 "SKIP: RDX_NODE_ADDR is not set (run inside cmake/softroce/rdx-vm, whose VMs set it)\n");
+    std::exit(77);
+  }
+  return a;
+}
+
+// A server thread's outcome, checked on the main thread.
+struct outcome {
+  std::exception_ptr error;
+  std::string text;
+};
+
+void rethrow(const outcome& o) {
+  if (o.error) std::rethrow_exception(o.error);
+}
+
+std::error_code code_of(const std::function<void()>& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const rdx::error& e) {
+    if (what != nullptr) *what = e.what();
+    return e.code();
+  }
+  return {};
+}
+
+constexpr std::size_t words = 4096 + 512;  // 36 KiB: striped over 2 queue pairs in 4 KiB chunks
+
+}  // namespace
+
+TEST_CASE("a connection over rdma_cm carries window data and messages, for 1 and 2 queue pairs", "[cm]") {
+  const std::string addr = node_address();
+  for (std::uint32_t k : {1u, 2u}) {
+    CAPTURE(k);
+    rdx::context ctx = channel_test::open_device();
+    rdx::protection_domain pd(ctx);
+    const rdx::connection_attr attr{
+        .queue_pairs = k, .recv_depth = 8, .message_size = 256, .chunk_size = 4096};
+    rdx::cm::listener l(0, addr);
+    const std::uint16_t port = l.port();
+    REQUIRE(port != 0);
+    outcome srv;
+    std::thread server([&] {
+      try {
+        rdx::connection conn(pd, attr);
+        rdx::channel<std::uint64_t> ch(conn);
+        auto win = rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words);
+        const rdx::grant<std::uint64_t, rights::read | rights::write> g(conn, win);
+        const rdx::window_descriptor grants[] = {g.descriptor()};
+        std::optional<rdx::cm::request> r = l.next(20s);
+        if (!r) throw std::runtime_error("no request within 20 s");
+        if (r->queue_pairs() != k)
+          throw std::runtime_error("request with " + std::to_string(r->queue_pairs()) + " ids");
+        const rdx::peer_offer offer = rdx::cm::accept(std::move(*r), conn, grants);
+        if (!offer.windows.empty()) throw std::runtime_error("the client offered a window");
+        auto m = ch.receive();
+        if (m.wait(20s)) throw std::runtime_error("receive: " + m.error().message());
+        // The client wrote the window before its message: check, then answer with the sum.
+        std::uint64_t sum = 0;
+        for (std::size_t i = 0; i < words; ++i) sum += win[i];
+        auto s = ch.send(sum + m.value());
+        if (s.wait(20s)) throw std::runtime_error("send: " + s.error().message());
+        auto bye = ch.receive();
+        if (bye.wait(20s)) throw std::runtime_error("final receive: " + bye.error().message());
+      } catch (...) {
+        srv.error = std::current_exception();
+      }
+    });
+    {
+      rdx::connection conn(pd, attr);
+      rdx::channel<std::uint64_t> ch(conn);
+      const rdx::peer_offer offer = rdx::cm::connect(conn, addr, port);
+      REQUIRE(offer.windows.size() == 1);
+      CHECK(offer.windows[0].keys.size() == k);
+      rdx::remote_window<std::uint64_t, rights::read | rights::write> w(conn, offer.windows[0]);
+      rdx::registered_buffer<std::uint64_t> src(pd, words), back(pd, words);
+      std::uint64_t sum = 0;
+      for (std::size_t i = 0; i < words; ++i) {
+        src[i] = i * 2654435761u + k;
+        sum += src[i];
+      }
+      const auto posted = conn.posted_count();
+      auto wr = w.write(src, 0);
+      REQUIRE_FALSE(wr.wait(20s));
+      CHECK(conn.posted_count() - posted >= 9);  // 36 KiB in 4 KiB chunks
+      auto rd = w.read(back, 0);
+      REQUIRE_FALSE(rd.wait(20s));
+      CHECK(std::memcmp(src.data(), back.data(), words * 8) == 0);
+      auto m = ch.send(7);
+      REQUIRE_FALSE(m.wait(20s));
+      auto answer = ch.receive();
+      REQUIRE_FALSE(answer.wait(20s));
+      CHECK(answer.value() == sum + 7);
+      auto bye = ch.send(0);
+      REQUIRE_FALSE(bye.wait(20s));
+      server.join();
+      rethrow(srv);
+    }
+  }
+}
+
+TEST_CASE("connecting to a port where nothing listens fails fast, naming the peer", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::connection conn(pd, {});
+  std::string what;
+  const auto t0 = clk::now();
+  const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn, addr, 1); }, &what);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0);
+  std::printf("cm: no listener: %s after %lld ms\n", what.c_str(), static_cast<long long>(took.count()));
+  CHECK(ec == rdx::errc::rejected);
+  CHECK(what.find(addr + ":1") != std::string::npos);
+  CHECK(what.find("nothing listens") != std::string::npos);
+  CHECK(took < 10s);
+}
+
+TEST_CASE("a request of another version, or with other settings, is rejected with the reason", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::cm::listener l(0, addr);
+  const std::uint16_t port = l.port();
+
+  SECTION("wrong version: the listener rejects it by itself") {
+    std::optional<rdx::cm::request> got;
+    std::thread server([&] { got = l.next(5s); });
+    rdx::connection conn(pd, {});
+    rdx::cm::hello h;
+    h.recv_depth = 64;
+    h.message_size = 4096;
+    std::vector<std::byte> pd9 = rdx::cm::encode_hello(h);
+    pd9[4] = std::byte{9};
+    std::string what;
+    const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, port, pd9); }, &what);
+    server.join();
+    std::printf("cm: version 9: %s\n", what.c_str());
+    CHECK(ec == rdx::errc::rejected);
+    CHECK(what.find("version 9, this side speaks 1") != std::string::npos);
+    CHECK_FALSE(got.has_value());
+    CHECK(l.rejected() == 1);
+  }
+  SECTION("other recv_depth: accept rejects it and both sides say why") {
+    outcome srv;
+    std::thread server([&] {
+      try {
+        rdx::connection conn(pd, {.recv_depth = 32});
+        std::optional<rdx::cm::request> r = l.next(10s);
+        if (!r) throw std::runtime_error("no request");
+        (void)rdx::cm::accept(std::move(*r), conn);
+      } catch (const rdx::error& e) {
+        srv.text = e.what();
+      } catch (...) {
+        srv.error = std::current_exception();
+      }
+    });
+    rdx::connection conn(pd, {.recv_depth = 16});
+    std::string what;
+    const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn, addr, port); }, &what);
+    server.join();
+    rethrow(srv);
+    std::printf("cm: settings: client: %s\ncm: settings: server: %s\n", what.c_str(), srv.text.c_str());
+    CHECK(ec == rdx::errc::rejected);
+    CHECK(what.find("recv_depth is 16") != std::string::npos);
+    CHECK(srv.text.find("recv_depth is 16") != std::string::npos);
+    CHECK_FALSE(conn.failed());
+  }
+}
+
+TEST_CASE("bad input is refused before anything is sent", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::connection conn(pd, {});
+  auto a = rdx::make_window_buffer<std::uint64_t, rights::write>(pd, 8);
+  auto b = rdx::make_window_buffer<std::uint64_t, rights::write>(pd, 8);
+  const rdx::grant<std::uint64_t, rights::write> ga(conn, a), gb(conn, b);
+  const rdx::window_descriptor two[] = {ga.descriptor(), gb.descriptor()};
+  std::string what;
+  CHECK(code_of([&] { (void)rdx::cm::connect(conn, addr, 1, two); }, &what) == rdx::errc::invalid_argument);
+  CHECK(what.find("at most 1") != std::string::npos);
+  const std::vector<std::byte> big(57);
+  CHECK(code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, 1, big); }) == rdx::errc::invalid_argument);
+  CHECK(code_of([&] { (void)rdx::cm::connect(conn, "no-such-host.invalid", 1); }) ==
+        rdx::errc::address_error);
+  CHECK(code_of([&] { (void)rdx::cm::connect(conn, addr, 1, {}, {.qp = {.timeout = 0}}); }) ==
+        rdx::errc::invalid_argument);
+}
+
+TEST_CASE("the listener goes on serving after a peer that connects and vanishes", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::cm::listener l(0, addr);
+  const std::uint16_t port = l.port();
+  outcome srv;
+  int failed_accepts = 0;
+  bool served = false;
+  std::thread server([&] {
+    try {
+      // Requests until one is served; the vanished peer's accept fails (bounded).
+      for (int n = 0; n < 3 && !served; ++n) {
+        std::optional<rdx::cm::request> r = l.next(10s);
+        if (!r) throw std::runtime_error("no request within 10 s");
+        rdx::connection conn(pd, {});
+        rdx::channel<std::uint32_t> ch(conn);
+        try {
+          (void)rdx::cm::accept(std::move(*r), conn, {}, {.timeout = 3s});
+        } catch (const rdx::error& e) {
+          ++failed_accepts;
+          srv.text = e.what();
+          continue;
+        }
+        auto m = ch.receive();
+        if (m.wait(10s) || m.value() != 42) throw std::runtime_error("the client's message");
+        auto e = ch.send(43);
+        if (e.wait(10s)) throw std::runtime_error("answer");
+        auto bye = ch.receive();
+        (void)bye.wait(10s);
+        served = true;
+      }
+    } catch (...) {
+      srv.error = std::current_exception();
+    }
+  });
+  {
+    // Sends its request with a raw id and is gone before it establishes.
+    rdx::connection conn(pd, {});
+    rdx::cm::hello h;
+    h.recv_depth = 64;
+    h.message_size = 4096;
+    const std::vector<std::byte> hello = rdx::cm::encode_hello(h);
+    rdx::cm::detail::dialer d(addr, port, 1, {});
+    d.request(0, conn.qp(0), hello, {});
+    std::this_thread::sleep_for(300ms);
+  }
+  {
+    rdx::connection conn(pd, {});
+    rdx::channel<std::uint32_t> ch(conn);
+    (void)rdx::cm::connect(conn, addr, port);
+    auto s = ch.send(42);
+    REQUIRE_FALSE(s.wait(10s));
+    auto r = ch.receive();
+    REQUIRE_FALSE(r.wait(10s));
+    CHECK(r.value() == 43);
+    auto bye = ch.send(0);
+    REQUIRE_FALSE(bye.wait(10s));
+    server.join();
+  }
+  rethrow(srv);
+  std::printf("cm: vanished peer: %d failed accept(s), last: %s\n", failed_accepts, srv.text.c_str());
+  CHECK(served);
+  CHECK(failed_accepts >= 1);
+}
+
+TEST_CASE("the peer's DISCONNECTED fails pending operations at once", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::cm::listener l(0, addr);
+  const std::uint16_t port = l.port();
+  for (const bool events : {false, true}) {
+    CAPTURE(events);
+    std::atomic<bool> go_away{false};
+    outcome srv;
+    std::thread server([&] {
+      try {
+        auto conn = std::make_unique<rdx::connection>(pd, rdx::connection_attr{});
+        std::optional<rdx::cm::request> r = l.next(10s);
+        if (!r) throw std::runtime_error("no request");
+        (void)rdx::cm::accept(std::move(*r), *conn);
+        while (!go_away) std::this_thread::sleep_for(1ms);
+        conn.reset();  // the process would do this when it dies: the kernel disconnects
+      } catch (...) {
+        srv.error = std::current_exception();
+      }
+    });
+    rdx::connection conn(pd, {.events = events});
+    rdx::channel<std::uint64_t> ch(conn);
+    (void)rdx::cm::connect(conn, addr, port);
+    auto r = ch.receive();
+    REQUIRE_FALSE(r.test());
+    const auto t0 = clk::now();
+    go_away = true;
+    const std::error_code ec = r.wait(30s, events ? rdx::wait_mode::events : rdx::wait_mode::poll);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0);
+    server.join();
+    rethrow(srv);
+    std::printf(
+        "cm: DISCONNECTED ended a pending receive in %lld ms (%s mode); the retry-timeout bound is %lld ms\n",
+        static_cast<long long>(took.count()), events ? "event" : "poll",
+        static_cast<long long>(conn.detection_bound().count()));
+    CHECK(ec == rdx::errc::peer_disconnected);
+    CHECK(conn.failure_message().find("DISCONNECTED") != std::string::npos);
+    CHECK(took < conn.detection_bound() / 2);
+    auto later = ch.send(1);
+    CHECK(later.wait(1s) == rdx::errc::operation_failed);
+  }
+}
