@@ -16,6 +16,9 @@
 #include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
+#if RDX_EXAMPLES_CM
+#include <rdx/cm/cm.hpp>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +26,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -60,6 +65,7 @@ struct options {
   std::optional<ibv_mtu> mtu;
   mode m = mode::send;
   bool rc_compat = false;
+  bool cm = false;      // connect through rdma_cm instead of the TCP exchange
   bool events = false;  // sleep on completion events instead of busy polling
   std::chrono::seconds timeout{30};
   std::uint32_t clients = 1;                   // server: how many clients to serve, all at once
@@ -85,7 +91,8 @@ void usage(const char* argv0) {
       "                         RoCE v2 IPv4-mapped first; see devinfo)\n"
       "  -s, --size BYTES       message size, K/M suffixes allowed (default 4096)\n"
       "  -n, --iters N          round trips (default 1000)\n"
-      "  -p, --port PORT        TCP port of the endpoint exchange (default 18515)\n"
+      "  -p, --port PORT        TCP port of the endpoint exchange, or with --cm the\n"
+      "                         rdma_cm port (default 18515)\n"
       "  -m, --mtu BYTES        largest path MTU: 256 to 4096 (default 4096; with\n"
       "                         --rc-compat 1024, as ibv_rc_pingpong)\n"
       "      --mode MODE        send (send/recv, default), write_imm (RDMA write\n"
@@ -100,6 +107,11 @@ void usage(const char* argv0) {
       "                         exchange and its traffic (send mode). Run it with the\n"
       "                         same -s and -n, with -g GID_INDEX on RoCE, and with -c\n"
       "                         so that it fills and checks its payload\n"
+      "      --cm               connect through rdma_cm (librdmacm) instead of the TCP\n"
+      "                         exchange: SERVER is the server's address on its RDMA\n"
+      "                         device; settings travel in the connect request's\n"
+      "                         private data (send, write_imm) or as the first message\n"
+      "                         (channel, window). Every mode, --clients too\n"
       "  -e, --events           sleep on completion events instead of busy polling\n"
       "                         (as ibv_rc_pingpong -e; send, write_imm, --rc-compat)\n"
       "      --clients N        (server, --channel or --window) listen once and serve N\n"
@@ -123,8 +135,9 @@ void usage(const char* argv0) {
       "  %s                          and  %s 10.77.0.1\n"
       "  %s --mode write_imm -s 64K  and  %s --mode write_imm -s 64K 10.77.0.1\n"
       "  ibv_rc_pingpong -g 1 -c     and  %s --rc-compat 10.77.0.1\n"
+      "  %s --cm --window            and  %s --cm --window 10.77.0.1\n"
       "  %s --channel --clients 4    and  up to 4 of  %s --channel 10.77.0.1\n",
-      argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0);
+      argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0);
 }
 
 options parse_options(int argc, char** argv, bool& help) {
@@ -171,6 +184,8 @@ options parse_options(int argc, char** argv, bool& help) {
       o.m = mode::window;
     } else if (r.match({"-e", "--events"})) {
       o.events = true;
+    } else if (r.match({"--cm"})) {
+      o.cm = true;
     } else if (r.match({"--rc-compat"})) {
       o.rc_compat = true;
     } else if (r.match({"--corrupt-round"}, &v)) {
@@ -191,6 +206,11 @@ options parse_options(int argc, char** argv, bool& help) {
   if (o.rc_compat && o.m != mode::send)
     throw examples::usage_error(
         "--rc-compat speaks ibv_rc_pingpong's traffic, which is send/recv: drop --mode");
+  if (o.rc_compat && o.cm)
+    throw examples::usage_error("--rc-compat speaks ibv_rc_pingpong's TCP exchange: drop --cm");
+#if !RDX_EXAMPLES_CM
+  if (o.cm) throw examples::usage_error("--cm: this pingpong was built without librdmacm (rdx::cm)");
+#endif
   if (o.clients > 1 && !o.server.empty())
     throw examples::usage_error("--clients is for the server: drop it, or drop " + o.server);
   if (o.clients > 1 && o.m != mode::channel && o.m != mode::window)
@@ -269,25 +289,24 @@ std::uint64_t get_be(const std::byte* p, int bytes) {
   return v;
 }
 
-// Both sides send their settings; the server takes the client's seed. A
-// mismatch is reported on both sides before any RDMA traffic. `deadline` is
-// the whole set-up's: the endpoint exchange that follows gets what is left.
-settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, steady::time_point deadline) {
-  std::byte out[settings_size] = {};
+void encode_settings(std::byte* out, const settings& mine) {
   std::memcpy(out, "RDXP", 4);
   put_be(out + 4, mine.mode, 4);
   put_be(out + 8, mine.size, 8);
   put_be(out + 16, mine.iters, 4);
   put_be(out + 20, mine.seed, 4);
-  s.send_all(out, deadline, "send settings");
-  std::byte in[settings_size] = {};
-  s.recv_exact(in, deadline, "receive settings");
-  if (std::memcmp(in, "RDXP", 4) != 0) throw failure("the peer at " + s.peer() + " is not an rdx pingpong");
+}
+
+// The peer's settings from its 24 bytes; a mismatch with ours throws, naming
+// what differs (each side reports it before any RDMA traffic).
+settings decode_settings(std::span<const std::byte> in, const settings& mine, const std::string& who) {
+  if (in.size() < settings_size || std::memcmp(in.data(), "RDXP", 4) != 0)
+    throw failure("the peer at " + who + " is not an rdx pingpong");
   settings peer;
-  peer.mode = static_cast<std::uint32_t>(get_be(in + 4, 4));
-  peer.size = get_be(in + 8, 8);
-  peer.iters = static_cast<std::uint32_t>(get_be(in + 16, 4));
-  peer.seed = static_cast<std::uint32_t>(get_be(in + 20, 4));
+  peer.mode = static_cast<std::uint32_t>(get_be(in.data() + 4, 4));
+  peer.size = get_be(in.data() + 8, 8);
+  peer.iters = static_cast<std::uint32_t>(get_be(in.data() + 16, 4));
+  peer.seed = static_cast<std::uint32_t>(get_be(in.data() + 20, 4));
   std::string diff;
   auto mode_text = [](std::uint32_t m) {
     return m >= 1 && m <= 4 ? std::string(mode_name(static_cast<mode>(m))) : "mode " + std::to_string(m);
@@ -300,10 +319,22 @@ settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, stea
     diff += " -n " + std::to_string(mine.iters) + " here, " + std::to_string(peer.iters) + " there;";
   if (!diff.empty()) {
     diff.pop_back();
-    throw failure("settings differ from the peer's at " + s.peer() + ":" + diff +
+    throw failure("settings differ from the peer's at " + who + ":" + diff +
                   " (run both sides with the same -s, -n and --mode)");
   }
   return peer;
+}
+
+// Both sides send their settings; the server takes the client's seed. A
+// mismatch is reported on both sides before any RDMA traffic. `deadline` is
+// the whole set-up's: the endpoint exchange that follows gets what is left.
+settings exchange_settings(const rdx::tcp::socket& s, const settings& mine, steady::time_point deadline) {
+  std::byte out[settings_size] = {};
+  encode_settings(out, mine);
+  s.send_all(out, deadline, "send settings");
+  std::byte in[settings_size] = {};
+  s.recv_exact(in, deadline, "receive settings");
+  return decode_settings(in, mine, s.peer());
 }
 
 // What is left of a set-up deadline (zero once it has passed: the next step then times out).
@@ -493,46 +524,10 @@ rdx::connect_options connect_opts(const options& o) {
   return c;
 }
 
-// Native modes: settings, endpoints (and in write_imm the ring's descriptor),
-// connect, barrier, ITERS round trips, barrier.
-int run_native(const options& o) {
-  resources r(o, examples::open_device(o.device));
+// ITERS round trips on a connected queue pair (both sides' receives posted).
+run_stats native_round_trips(resources& r, const options& o, const rdx::remote_descriptor& peer_ring,
+                             std::uint32_t seed) {
   const bool client = !o.server.empty();
-  print_local(r, client ? "client" : "server", o);
-  r.qp.to_init();
-  for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
-
-  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
-  // One deadline for the whole set-up: a slow peer cannot stretch it step by step.
-  const auto setup_deadline = steady::now() + o.timeout;
-  settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
-  if (client) rdx::detail::os_random(&mine.seed, sizeof mine.seed);
-  const settings peer = exchange_settings(sock, mine, setup_deadline);
-  const std::uint32_t seed = client ? mine.seed : peer.seed;
-
-  std::vector<rdx::remote_descriptor> mine_desc;
-  if (o.m == mode::write_imm) mine_desc.push_back(r.ring.remote());
-  const rdx::wire::message remote =
-      rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, setup_deadline);
-  std::printf("  remote address: %s (%s)\n", rdx::to_string(remote.ep).c_str(), sock.peer().c_str());
-  rdx::remote_descriptor peer_ring{};
-  if (o.m == mode::write_imm) {
-    if (remote.descriptors.size() != 1)
-      throw failure("the peer sent " + std::to_string(remote.descriptors.size()) +
-                    " memory descriptors, write_imm needs exactly 1");
-    peer_ring = remote.descriptors[0];
-    if (!rdx::contains(peer_ring, 0, o.size * recv_slots))
-      throw failure("the peer's buffer of " + std::to_string(peer_ring.length) + " bytes is smaller than " +
-                    std::to_string(o.size * recv_slots));
-  }
-  const auto copts = connect_opts(o);
-  r.qp.connect(remote.ep, copts);
-  std::printf("  connected: path MTU %d, mode %s, %zu bytes x %u round trips\n",
-              rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})),
-              mode_name(o.m), o.size, o.iters);
-  std::fflush(stdout);
-  rdx::tcp::barrier(sock, setup_deadline);  // both queue pairs ready, receives posted
-
   run_stats st;
   st.rtt_us.reserve(o.iters);
   const auto loop_start = steady::now();
@@ -561,6 +556,130 @@ int run_native(const options& o) {
     post_recv_slot(r, o, slot);
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
+  return st;
+}
+
+// The peer's write_imm ring, checked to hold recv_slots payloads.
+rdx::remote_descriptor peer_ring_of(const options& o, std::span<const rdx::remote_descriptor> got) {
+  if (o.m != mode::write_imm) return {};
+  if (got.size() != 1)
+    throw failure("the peer sent " + std::to_string(got.size()) +
+                  " memory descriptors, write_imm needs exactly 1");
+  if (!rdx::contains(got[0], 0, o.size * recv_slots))
+    throw failure("the peer's buffer of " + std::to_string(got[0].length) + " bytes is smaller than " +
+                  std::to_string(o.size * recv_slots));
+  return got[0];
+}
+
+#if RDX_EXAMPLES_CM
+// Native modes over rdma_cm: the settings (24 bytes) and, in write_imm, the
+// ring's address, key and length (20 bytes) travel in the request's and the
+// reply's private data; ESTABLISHED is the barrier. A server whose settings
+// differ rejects the request, and the client prints the server's reason.
+constexpr std::size_t cm_native_size = settings_size + 20;
+
+std::vector<std::byte> cm_native_data(const options& o, const resources& r, const settings& mine) {
+  std::vector<std::byte> d(cm_native_size);
+  encode_settings(d.data(), mine);
+  if (o.m == mode::write_imm) {
+    const rdx::remote_descriptor ring = r.ring.remote();
+    put_be(d.data() + settings_size, ring.addr, 8);
+    put_be(d.data() + settings_size + 8, ring.rkey, 4);
+    put_be(d.data() + settings_size + 12, ring.length, 8);
+  }
+  return d;
+}
+
+std::vector<rdx::remote_descriptor> cm_native_ring(const options& o, std::span<const std::byte> d) {
+  if (o.m != mode::write_imm) return {};
+  if (d.size() < cm_native_size) throw failure("the peer's private data holds no ring descriptor");
+  const std::byte* p = d.data() + settings_size;
+  return {
+      rdx::remote_descriptor{get_be(p, 8), static_cast<std::uint32_t>(get_be(p + 8, 4)), get_be(p + 12, 8)}};
+}
+
+int run_native_cm(const options& o, resources& r) {
+  const bool client = !o.server.empty();
+  const auto copts = connect_opts(o);
+  const rdx::cm::options cmo{.timeout = o.timeout, .qp = copts};
+  settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
+  std::optional<rdx::cm::link> link;
+  std::uint32_t seed = 0;
+  rdx::remote_descriptor peer_ring{};
+  if (client) {
+    rdx::detail::os_random(&mine.seed, sizeof mine.seed);
+    seed = mine.seed;
+    link.emplace(rdx::cm::connect(r.qp, o.server, o.tcp_port, cm_native_data(o, r, mine), cmo));
+    (void)decode_settings(link->peer_private_data(), mine, link->peer());
+    peer_ring = peer_ring_of(o, cm_native_ring(o, link->peer_private_data()));
+  } else {
+    rdx::cm::listener l(o.tcp_port);
+    std::printf("  waiting for a client on rdma_cm port %u\n", l.port());
+    std::fflush(stdout);
+    std::optional<rdx::cm::request> req = l.next(o.timeout);
+    if (!req)
+      throw failure("no client within " + std::to_string(o.timeout.count()) + " s on rdma_cm port " +
+                    std::to_string(l.port()));
+    settings peer;
+    try {
+      peer = decode_settings(req->private_data(), mine, req->peer());
+      peer_ring = peer_ring_of(o, cm_native_ring(o, req->private_data()));
+    } catch (const failure& e) {
+      req->reject(rdx::cm::reject_reason::settings, e.what());
+      throw;
+    }
+    seed = mine.seed = peer.seed;
+    link.emplace(req->accept(r.qp, cm_native_data(o, r, mine), cmo));
+  }
+  std::printf("  remote address: %s over rdma_cm, queue pair %s\n", link->peer(),
+              rdx::to_string(r.qp.local_endpoint()).c_str());
+  std::printf("  connected: mode %s, %zu bytes x %u round trips\n", mode_name(o.m), o.size, o.iters);
+  std::fflush(stdout);
+  const run_stats st = native_round_trips(r, o, peer_ring, seed);
+  // The client's last receive is the server's last send: nothing is in
+  // flight. The server waits for the client to disconnect first.
+  if (!client && !link->wait_disconnected(steady::now() + o.timeout))
+    std::fprintf(stderr, "  note: the client did not disconnect within %lld s\n",
+                 static_cast<long long>(o.timeout.count()));
+  report(o, st, client, mode_name(o.m));
+  return 0;
+}
+#endif
+
+// Native modes: settings, endpoints (and in write_imm the ring's descriptor),
+// connect, barrier, ITERS round trips, barrier.
+int run_native(const options& o) {
+  resources r(o, examples::open_device(o.device));
+  const bool client = !o.server.empty();
+  print_local(r, client ? "client" : "server", o);
+  r.qp.to_init();
+  for (std::uint32_t s = 0; s < recv_slots; ++s) post_recv_slot(r, o, s);
+#if RDX_EXAMPLES_CM
+  if (o.cm) return run_native_cm(o, r);
+#endif
+
+  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.tcp_port, o.timeout);
+  // One deadline for the whole set-up: a slow peer cannot stretch it step by step.
+  const auto setup_deadline = steady::now() + o.timeout;
+  settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
+  if (client) rdx::detail::os_random(&mine.seed, sizeof mine.seed);
+  const settings peer = exchange_settings(sock, mine, setup_deadline);
+  const std::uint32_t seed = client ? mine.seed : peer.seed;
+
+  std::vector<rdx::remote_descriptor> mine_desc;
+  if (o.m == mode::write_imm) mine_desc.push_back(r.ring.remote());
+  const rdx::wire::message remote =
+      rdx::tcp::exchange(sock, r.qp.local_endpoint(), mine_desc, setup_deadline);
+  std::printf("  remote address: %s (%s)\n", rdx::to_string(remote.ep).c_str(), sock.peer().c_str());
+  const rdx::remote_descriptor peer_ring = peer_ring_of(o, remote.descriptors);
+  const auto copts = connect_opts(o);
+  r.qp.connect(remote.ep, copts);
+  std::printf("  connected: path MTU %d, mode %s, %zu bytes x %u round trips\n",
+              rdx::mtu_bytes(std::min({r.qp.local_endpoint().mtu, remote.ep.mtu, copts.max_mtu})),
+              mode_name(o.m), o.size, o.iters);
+  std::fflush(stdout);
+  rdx::tcp::barrier(sock, setup_deadline);  // both queue pairs ready, receives posted
+  const run_stats st = native_round_trips(r, o, peer_ring, seed);
   rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QP goes
   report(o, st, client, mode_name(o.m));
   return 0;
@@ -649,46 +768,124 @@ int run_rc_compat(const options& o) {
 // the other side polling its own memory (the sequence word is written last:
 // one RDMA write places its bytes in order on rxe and on the NICs rdx targets).
 //
-// One session, on a connection of its own over pd: settings, exchange and
-// round trips. get_socket() is called once the connection exists (the
-// one-client server says where it waits after its local address). Lines start
-// with `tag`: empty for a client and the one-client server, which also print
-// the header line. `setup_done` is set once set-up has completed, so a throw
-// before it is a set-up failure.
+// How a typed session met its peer: what the peer offered and said, its
+// name, and what to do after the last round trip.
+struct meeting {
+  rdx::peer_offer offer;
+  settings peer;
+  std::string peer_name;
+  std::function<void()> finish;
+};
+
+// Over TCP: settings, then exchange_and_connect on the socket get_socket()
+// returns (the one-client server says where it waits only once its
+// connection exists); a barrier at the end.
 template <class GetSocket>
+auto tcp_meeting(const options& o, GetSocket&& get_socket) {
+  return [&o, get_socket = std::forward<GetSocket>(get_socket)](
+             rdx::connection& conn, std::span<const rdx::window_descriptor> grants, const settings& mine,
+             steady::time_point deadline) mutable {
+    auto sock = std::make_shared<rdx::tcp::socket>(get_socket());
+    meeting m;
+    m.peer = exchange_settings(*sock, mine, deadline);
+    m.offer = rdx::exchange_and_connect(
+        *sock, conn, grants,
+        rdx::exchange_options{.timeout = time_left(deadline), .connect = connect_opts(o)});
+    m.peer_name = rdx::to_string(m.offer.info.endpoints[0]) + " (" + sock->peer() + ")";
+    // The peer is done too: no traffic in flight when the queue pairs go.
+    m.finish = [sock, &o] { rdx::tcp::barrier(*sock, o.timeout); };
+    return m;
+  };
+}
+
+#if RDX_EXAMPLES_CM
+// Over rdma_cm the library's private data carries the connection settings and
+// the grants; pingpong's own settings go as the first message each way.
+settings cm_settings(rdx::connection& conn, const settings& mine, const std::string& who,
+                     steady::time_point deadline) {
+  rdx::channel<std::byte> ch(conn);
+  std::byte out[settings_size] = {};
+  encode_settings(out, mine);
+  auto s = ch.send(std::span<const std::byte>(out));
+  std::byte in[settings_size] = {};
+  auto r = ch.receive(std::span<std::byte>(in));
+  for (rdx::operation* op : {static_cast<rdx::operation*>(&s), &r}) {
+    if (const std::error_code ec = op->wait_until(deadline))
+      throw failure("exchanging settings with " + who + " over rdma_cm: " + ec.message());
+  }
+  return decode_settings(in, mine, who);
+}
+
+// The client's side: cm::connect to SERVER on the rdma_cm port.
+auto cm_client_meeting(const options& o) {
+  return [&o](rdx::connection& conn, std::span<const rdx::window_descriptor> grants, const settings& mine,
+              steady::time_point deadline) {
+    meeting m;
+    m.offer = rdx::cm::connect(conn, o.server, o.tcp_port, grants,
+                               rdx::cm::options{.timeout = time_left(deadline), .qp = connect_opts(o)});
+    m.peer_name = rdx::detail::host_port(o.server, o.tcp_port) + " over rdma_cm";
+    m.peer = cm_settings(conn, mine, m.peer_name, deadline);
+    return m;
+  };
+}
+
+// The server's side: cm::accept of a request the listener handed out
+// (get_request() is called once the connection exists, as get_socket()).
+template <class GetRequest>
+auto cm_server_meeting(GetRequest&& get_request) {
+  return [get_request = std::forward<GetRequest>(get_request)](
+             rdx::connection& conn, std::span<const rdx::window_descriptor> grants, const settings& mine,
+             steady::time_point deadline) mutable {
+    rdx::cm::request req = get_request();
+    meeting m;
+    m.peer_name = req.peer() + " over rdma_cm";
+    m.offer = rdx::cm::accept(std::move(req), conn, grants, rdx::cm::options{.timeout = time_left(deadline)});
+    m.peer = cm_settings(conn, mine, m.peer_name, deadline);
+    return m;
+  };
+}
+#endif
+
+// One session, on a connection of its own over pd: settings, exchange and
+// round trips; meet() connects it (over TCP or rdma_cm). Lines start with
+// `tag`: empty for a client and the one-client server, which also print the
+// header line. `setup_done` is set once set-up has completed, so a throw
+// before it is a set-up failure.
+template <class Meet>
 run_stats run_typed_session(const options& o, const rdx::context& ctx, const rdx::protection_domain& pd,
-                            GetSocket&& get_socket, const std::string& tag, bool& setup_done) {
+                            Meet&& meet, const std::string& tag, bool& setup_done) {
   const bool client = !o.server.empty();
   const bool window = o.m == mode::window;
-  rdx::connection conn(pd,
-                       rdx::connection_attr{.recv_depth = 16,
-                                            .message_size = window ? 64u : static_cast<std::uint32_t>(o.size),
-                                            .port = o.ib_port,
-                                            .gid_index = o.gid_index});
+  // Over rdma_cm the first message carries pingpong's settings (24 bytes).
+  const std::size_t min_message = o.cm ? 64 : 1;
+  rdx::connection conn(pd, rdx::connection_attr{.recv_depth = 16,
+                                                .message_size = static_cast<std::uint32_t>(
+                                                    window ? 64 : std::max(o.size, min_message)),
+                                                .port = o.ib_port,
+                                                .gid_index = o.gid_index});
   const std::size_t words = (o.size + 7) / 8 + 1;  // payload, then the sequence word
   auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
   const rdx::grant<std::uint64_t, rdx::rights::write> g(conn, mine);
   rdx::registered_buffer<std::uint64_t> out(pd, words);
   if (tag.empty())
-    std::printf("rdx pingpong %s (%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
-                ctx.name().c_str(), conn.qp(0).port());
+    std::printf("rdx pingpong %s (%s%s): %s port %u\n", client ? "client" : "server", mode_name(o.m),
+                o.cm ? ", rdma_cm" : "", ctx.name().c_str(), conn.qp(0).port());
   std::printf("%s  local address:  %s\n", tag.c_str(), rdx::to_string(conn.qp(0).local_endpoint()).c_str());
 
-  rdx::tcp::socket sock = get_socket();
   // One deadline for the whole set-up, settings and exchange together: a
   // silent or slow peer holds this session no longer than --timeout.
   const auto setup_deadline = steady::now() + o.timeout;
   settings mine_settings{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   if (client) rdx::detail::os_random(&mine_settings.seed, sizeof mine_settings.seed);
-  const settings peer = exchange_settings(sock, mine_settings, setup_deadline);
-  const std::uint32_t seed = client ? mine_settings.seed : peer.seed;
   const rdx::window_descriptor grants[] = {g.descriptor()};
-  const rdx::peer_offer offer = rdx::exchange_and_connect(
-      sock, conn,
+  meeting met = meet(
+      conn,
       window ? std::span<const rdx::window_descriptor>(grants) : std::span<const rdx::window_descriptor>(),
-      rdx::exchange_options{.timeout = time_left(setup_deadline), .connect = connect_opts(o)});
-  std::printf("%s  remote address: %s (%s), %u queue pair(s)\n", tag.c_str(),
-              rdx::to_string(offer.info.endpoints[0]).c_str(), sock.peer().c_str(), conn.queue_pair_count());
+      mine_settings, setup_deadline);
+  const rdx::peer_offer& offer = met.offer;
+  const std::uint32_t seed = client ? mine_settings.seed : met.peer.seed;
+  std::printf("%s  remote address: %s, %u queue pair(s)\n", tag.c_str(), met.peer_name.c_str(),
+              conn.queue_pair_count());
   std::optional<rdx::remote_window<std::uint64_t, rdx::rights::write>> peer_win;
   if (window) {
     if (offer.windows.size() != 1)
@@ -774,7 +971,7 @@ run_stats run_typed_session(const options& o, const rdx::context& ctx, const rdx
     }
   }
   st.wall_s = std::chrono::duration<double>(steady::now() - loop_start).count();
-  rdx::tcp::barrier(sock, o.timeout);  // the peer is done too: no traffic in flight when the QPs go
+  if (met.finish) met.finish();
   return st;
 }
 
@@ -783,10 +980,32 @@ int run_typed(const options& o) {
   rdx::context ctx = examples::open_device(o.device);
   rdx::protection_domain pd(ctx);
   bool setup_done = false;
-  const run_stats st = run_typed_session(
-      o, ctx, pd, [&] { return examples::bootstrap_socket(o.server, o.tcp_port, o.timeout); }, std::string(),
-      setup_done);
-  report(o, st, !o.server.empty(), mode_name(o.m));
+  const bool client = !o.server.empty();
+  run_stats st;
+#if RDX_EXAMPLES_CM
+  if (o.cm && client) {
+    st = run_typed_session(o, ctx, pd, cm_client_meeting(o), std::string(), setup_done);
+  } else if (o.cm) {
+    rdx::cm::listener l(o.tcp_port);
+    auto get_request = [&] {
+      std::printf("  waiting for a client on rdma_cm port %u\n", l.port());
+      std::fflush(stdout);
+      std::optional<rdx::cm::request> r = l.next(o.timeout);
+      if (!r)
+        throw failure("no client within " + std::to_string(o.timeout.count()) + " s on rdma_cm port " +
+                      std::to_string(l.port()));
+      return std::move(*r);
+    };
+    st = run_typed_session(o, ctx, pd, cm_server_meeting(get_request), std::string(), setup_done);
+  } else
+#endif
+  {
+    st = run_typed_session(
+        o, ctx, pd,
+        tcp_meeting(o, [&] { return examples::bootstrap_socket(o.server, o.tcp_port, o.timeout); }),
+        std::string(), setup_done);
+  }
+  report(o, st, client, mode_name(o.m));
   return 0;
 }
 
@@ -809,14 +1028,17 @@ double seconds_since(steady::time_point t) {
   return std::chrono::duration<double>(steady::now() - t).count();
 }
 
-void serve_client(const options& o, const rdx::context& ctx, const rdx::protection_domain& pd,
-                  rdx::tcp::socket sock, const std::string& tag, client_tally& t) {
+// How one client of --clients meets the server (TCP or rdma_cm).
+using meet_fn = std::function<meeting(rdx::connection&, std::span<const rdx::window_descriptor>,
+                                      const settings&, steady::time_point)>;
+
+void serve_client(const options& o, const rdx::context& ctx, const rdx::protection_domain& pd, meet_fn meet,
+                  const std::string& tag, client_tally& t) {
   const auto start = steady::now();
   bool setup_done = false;
   std::string cause;
   try {
-    (void)run_typed_session(
-        o, ctx, pd, [&] { return std::move(sock); }, tag, setup_done);
+    (void)run_typed_session(o, ctx, pd, meet, tag, setup_done);
   } catch (const std::exception& e) {
     cause = e.what();
   } catch (...) {
@@ -837,17 +1059,19 @@ void serve_client(const options& o, const rdx::context& ctx, const rdx::protecti
   std::fflush(stdout);
 }
 
-// The next client at the listener, or none once no client is in progress and
-// none has come or finished for `idle`. A client that resets before it is
-// accepted costs nothing.
-std::optional<rdx::tcp::socket> next_client(const rdx::tcp::listener& l, client_tally& t,
-                                            std::chrono::seconds idle) {
+// A client that arrived: its address, and how its session meets it.
+struct arrival {
+  std::string peer;
+  meet_fn meet;
+};
+
+// The next client, or none once no client is in progress and none has come
+// or finished for `idle`. try_next() waits 100 ms at most. A client that
+// resets before it is accepted costs nothing.
+template <class TryNext>
+std::optional<arrival> next_client(TryNext&& try_next, client_tally& t, std::chrono::seconds idle) {
   for (;;) {
-    try {
-      return l.accept(std::chrono::milliseconds{100});
-    } catch (const rdx::error& e) {
-      if (e.code() != rdx::errc::timed_out) throw;
-    }
+    if (std::optional<arrival> a = try_next()) return a;
     const std::lock_guard lock(t.m);
     if (t.running == 0 && steady::now() - t.last_event > idle) return std::nullopt;
   }
@@ -856,23 +1080,49 @@ std::optional<rdx::tcp::socket> next_client(const rdx::tcp::listener& l, client_
 int serve_typed_clients(const options& o) {
   rdx::context ctx = examples::open_device(o.device);
   rdx::protection_domain pd(ctx);
-  std::printf("rdx pingpong server (%s): %s, up to %u clients at once\n", mode_name(o.m), ctx.name().c_str(),
-              o.clients);
-  const auto l = rdx::tcp::listener::bind("", o.tcp_port);
-  std::printf("  waiting for %u clients on TCP port %u\n", o.clients, l.port());
+  std::printf("rdx pingpong server (%s%s): %s, up to %u clients at once\n", mode_name(o.m),
+              o.cm ? ", rdma_cm" : "", ctx.name().c_str(), o.clients);
+  std::optional<rdx::tcp::listener> tcp;
+  std::function<std::optional<arrival>()> try_next;
+#if RDX_EXAMPLES_CM
+  std::optional<rdx::cm::listener> cm;
+  if (o.cm) {
+    cm.emplace(o.tcp_port);
+    std::printf("  waiting for %u clients on rdma_cm port %u\n", o.clients, cm->port());
+    try_next = [&]() -> std::optional<arrival> {
+      std::optional<rdx::cm::request> r = cm->next(std::chrono::milliseconds{100});
+      if (!r) return std::nullopt;
+      auto req = std::make_shared<rdx::cm::request>(std::move(*r));
+      return arrival{req->peer(), cm_server_meeting([req] { return std::move(*req); })};
+    };
+  }
+#endif
+  if (!o.cm) {
+    tcp.emplace(rdx::tcp::listener::bind("", o.tcp_port));
+    std::printf("  waiting for %u clients on TCP port %u\n", o.clients, tcp->port());
+    try_next = [&]() -> std::optional<arrival> {
+      try {
+        auto sock = std::make_shared<rdx::tcp::socket>(tcp->accept(std::chrono::milliseconds{100}));
+        return arrival{sock->peer(), tcp_meeting(o, [sock] { return std::move(*sock); })};
+      } catch (const rdx::error& e) {
+        if (e.code() != rdx::errc::timed_out) throw;
+        return std::nullopt;
+      }
+    };
+  }
   std::fflush(stdout);
   client_tally t;
   std::uint32_t accepted = 0;
   {
     std::vector<std::jthread> threads;  // joined at the end of this block
     while (accepted < o.clients) {
-      std::optional<rdx::tcp::socket> s = next_client(l, t, o.timeout);
-      if (!s) {
+      std::optional<arrival> a = next_client(try_next, t, o.timeout);
+      if (!a) {
         std::fprintf(stderr, "  no client for %lld s: stopping after %u of %u clients\n",
                      static_cast<long long>(o.timeout.count()), accepted, o.clients);
         break;
       }
-      std::string tag = "[client " + std::to_string(++accepted) + " " + s->peer() + "]";
+      std::string tag = "[client " + std::to_string(++accepted) + " " + a->peer + "]";
       {
         const std::lock_guard lock(t.m);
         ++t.running;
@@ -880,8 +1130,8 @@ int serve_typed_clients(const options& o) {
         std::printf("%s accepted (%u of %u), %u in progress\n", tag.c_str(), accepted, o.clients, t.running);
         std::fflush(stdout);
       }
-      threads.emplace_back([&o, &ctx, &pd, &t, tag = std::move(tag), s = std::move(*s)]() mutable {
-        serve_client(o, ctx, pd, std::move(s), tag, t);
+      threads.emplace_back([&o, &ctx, &pd, &t, tag = std::move(tag), meet = std::move(a->meet)]() mutable {
+        serve_client(o, ctx, pd, std::move(meet), tag, t);
       });
     }
   }
