@@ -4,6 +4,7 @@
 // tests/fuzz/corpus holds its output; the fuzz_seeds test checks that the
 // committed files are still what the encoders make.
 #include <rdx/auth/detail/message.hpp>
+#include <rdx/cm/private_data.hpp>
 #include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/settings.hpp>
 #include <rdx/connect/wire.hpp>
@@ -135,6 +136,39 @@ void auth_seeds(const fs::path& dir) {
   write(dir, "key_too_short", std::span(short_key.data(), short_key.size()));
 }
 
+void cm_private_data_seeds(const fs::path& dir) {
+  namespace cm = rdx::cm;
+  const cm::window_entry window{
+      .addr = 0x7f3a00000000ull, .length = 1 << 20, .key = 0x1000, .rights = 3, .element_size = 8};
+  const cm::hello request{.kind = cm::message_kind::request,
+                          .qp_index = 0,
+                          .qp_count = 2,
+                          .tag = 0x5eed1234,
+                          .recv_depth = 64,
+                          .message_size = 4096,
+                          .credit_key = 0x2000,
+                          .credit_addr = 0x7f3b00000040ull,
+                          .windows = {window},
+                          .keys = {}};
+  write(dir, "request", cm::encode_hello(request));
+  cm::hello reply = request;
+  reply.kind = cm::message_kind::reply;
+  reply.windows.assign(cm::max_windows(cm::message_kind::reply), window);
+  for (std::size_t i = 0; i < reply.windows.size(); ++i) {
+    reply.windows[i].key += static_cast<std::uint32_t>(i);
+    reply.windows[i].rights = static_cast<std::uint8_t>(1 + i % 7);
+  }
+  write(dir, "reply_most_windows", cm::encode_hello(reply));
+  const cm::hello later{.kind = cm::message_kind::request,
+                        .qp_index = 1,
+                        .qp_count = 2,
+                        .tag = 0x5eed1234,
+                        .windows = {},
+                        .keys = {0x1001}};
+  write(dir, "request_queue_pair_1", cm::encode_hello(later));
+  write(dir, "reject", cm::encode_rejection(cm::reject_reason::settings, "recv_depth 64, this side 128"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -147,5 +181,6 @@ int main(int argc, char** argv) {
   rc_pingpong_seeds(root / "fuzz_rc_pingpong");
   settings_seeds(root / "fuzz_settings");
   auth_seeds(root / "fuzz_auth");
+  cm_private_data_seeds(root / "fuzz_cm_private_data");
   return 0;
 }
