@@ -1,6 +1,8 @@
 // rdx kv_window: one side serves a table of fixed-size records in a window;
 // the other reads them, writes some, bumps each record's version atomically,
 // reads everything back and checks it. The server checks its table too.
+// With --clients N the server serves N clients at once, each on its own
+// connection and thread with a grant of its own slice of the table.
 //
 //   server:  kv_window [options]
 //   client:  kv_window [options] SERVER
@@ -9,6 +11,9 @@
 #include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
+#if RDX_EXAMPLES_CM
+#include <rdx/cm/cm.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -16,7 +21,13 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "../common.hpp"
 #include <poll.h>
@@ -43,6 +54,8 @@ struct options {
   std::uint32_t queue_pairs = 1;
   std::uint16_t port = 18516;
   bool all = false;
+  bool cm = false;            // rdma_cm set-up instead of the TCP exchange
+  std::uint32_t clients = 1;  // server: clients served at once, each on its own slice
   std::chrono::seconds timeout{30};
 };
 
@@ -63,13 +76,24 @@ void usage(const char* argv0) {
       "  -d, --ib-dev DEV      RDMA device (default: RDX_DEVICE, else the first ACTIVE one)\n"
       "  -n, --records N       records in the table (default 64)\n"
       "  -k, --queue-pairs K   queue pairs to stripe large transfers over (default 1)\n"
-      "  -p, --port PORT       TCP port of the exchange (default 18516)\n"
+      "  -p, --port PORT       TCP port of the exchange, or with --cm the rdma_cm port\n"
+      "                        (default 18516)\n"
+      "      --cm              connect through rdma_cm (librdmacm) instead of the TCP\n"
+      "                        exchange; the grants travel in its private data\n"
+      "      --clients N       (server) serve N clients at once, each on its own\n"
+      "                        connection and thread, with a grant of its own slice of\n"
+      "                        N x -n records; one line per client (default 1)\n"
       "  -a, --all             touch every record, however many (slow under TCG)\n"
       "  -t, --timeout SEC     limit for connecting and each operation (default 30)\n"
       "  -h, --help            this text\n"
       "\n"
-      "Exit status: 0 when every check passed, 1 on a failure, 2 for a usage error.\n",
-      argv0, argv0, final_version);
+      "Exit status: 0 when every check passed (with --clients: for every client),\n"
+      "1 on a failure, 2 for a usage error.\n"
+      "\n"
+      "Examples (server 10.77.0.1):\n"
+      "  %s                        and  %s 10.77.0.1\n"
+      "  %s --cm --clients 3 -n 32 and  three of  %s --cm -n 32 10.77.0.1\n",
+      argv0, argv0, final_version, argv0, argv0, argv0, argv0);
 }
 
 struct failure : std::runtime_error {
@@ -122,72 +146,192 @@ std::string final_problem(const record& r, std::uint64_t i, std::uint64_t stride
   return "";
 }
 
-int run(const options& o) {
+rdx::connection_attr attr_of(const options& o) {
+  return rdx::connection_attr{.queue_pairs = o.queue_pairs, .recv_depth = 8, .message_size = 64};
+}
+
+// How the server met one client: its name, whether it is still there while
+// the server waits for its report, and what to do at the end.
+struct meeting {
+  std::string peer;
+  std::function<bool()> alive = [] { return true; };
+  std::function<void()> finish = [] {};
+};
+using meet_fn = std::function<meeting(rdx::connection&, std::span<const rdx::window_descriptor>)>;
+
+meeting tcp_meeting(const options& o, rdx::connection& conn, std::span<const rdx::window_descriptor> grants,
+                    std::shared_ptr<rdx::tcp::socket> sock) {
+  (void)rdx::exchange_and_connect(*sock, conn, grants, o.timeout);
+  return {sock->peer(), [sock] { return peer_connected(*sock); },
+          [sock, &o] { rdx::tcp::barrier(*sock, o.timeout); }};
+}
+
+// One client's session at the server: `slice` records of `table` from
+// record `first`, granted on a connection of its own. @return "" when the
+// client reported and every record of its slice is in its final state, else why not.
+std::string serve_one(const options& o, const rdx::protection_domain& pd,
+                      rdx::registered_buffer<std::uint64_t>& table, std::uint64_t first, const meet_fn& meet,
+                      std::string& peer) {
+  rdx::connection conn(pd, attr_of(o));
+  rdx::channel<std::uint64_t> ctl(conn);
+  const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
+  auto* recs = reinterpret_cast<record*>(table.data()) + first;
+  // The slice, granted twice with exactly read, write and atomic rights:
+  // as records, and as 8-byte words for atomics. Nothing else of the table.
+  const std::span<std::uint64_t> words_span(table.data() + first * words_per_record,
+                                            std::size_t{o.records} * words_per_record);
+  const rdx::grant<std::uint64_t, table_rights> words(conn, table.region(), words_span);
+  const rdx::grant<record, table_rights> as_records(conn, table.region(), std::span<record>(recs, o.records));
+  const rdx::window_descriptor grants[] = {as_records.descriptor(), words.descriptor()};
+  const meeting m = meet(conn, grants);
+  peer = m.peer;
+  std::printf("  connected to %s (records %" PRIu64 " to %" PRIu64 "); waiting for it\n", m.peer.c_str(), first,
+              first + o.records - 1);
+  std::fflush(stdout);
+  // The client takes as long as its table needs: wait while it is connected.
+  // (Leaving early would deregister the table under the client's feet.)
+  auto done = ctl.receive();
+  std::error_code ec;
+  while ((ec = done.wait(std::chrono::seconds(1))) == rdx::errc::timed_out) {
+    if (!m.alive()) return "the client went away before reporting";
+  }
+  if (ec) return "waiting for the client's report: " + conn.failure_message();
+  if (done.value() != o.records) return "the client checked " + std::to_string(done.value()) + " records";
+  std::uint64_t bad = 0;
+  for (std::uint64_t i = 0; i < o.records; ++i) {
+    const std::string p = final_problem(recs[i], i, stride);
+    if (!p.empty() && bad++ < 5) std::fprintf(stderr, "  record %" PRIu64 ": %s\n", first + i, p.c_str());
+  }
+  auto reply = ctl.send(bad);
+  if (reply.wait(o.timeout)) return "sending the verdict: " + reply.error().message();
+  m.finish();
+  if (bad != 0) return std::to_string(bad) + " records are wrong in the server's table";
+  return "";
+}
+
+// The server: a table of clients x records; client i (in arrival order) gets
+// slice i. The record keys in each slice count from 0, as the client expects.
+int serve(const options& o) {
   rdx::context ctx = examples::open_device(o.device);
   rdx::protection_domain pd(ctx);
-  rdx::connection conn(
-      pd, rdx::connection_attr{.queue_pairs = o.queue_pairs, .recv_depth = 8, .message_size = 64});
+  const std::uint64_t total = std::uint64_t{o.records} * o.clients;
+  auto table = rdx::make_window_buffer<std::uint64_t, table_rights>(pd, total * words_per_record);
+  auto* recs = reinterpret_cast<record*>(table.data());
+  for (std::uint64_t i = 0; i < total; ++i) {
+    recs[i].key = i % o.records;
+    recs[i].version = 0;
+    set_value(recs[i], initial_value(i % o.records));
+  }
+  std::printf("kv_window server: %u records of %zu bytes for each of %u client(s) on %s%s\n", o.records,
+              sizeof(record), o.clients, ctx.name().c_str(), o.cm ? " (rdma_cm)" : "");
+
+  // The next client's meeting, waiting up to the timeout.
+  std::function<std::optional<meet_fn>()> next;
+  std::optional<rdx::tcp::listener> tcp;
+#if RDX_EXAMPLES_CM
+  std::optional<rdx::cm::listener> cm;
+  if (o.cm) {
+    cm.emplace(o.port);
+    std::printf("  waiting for %u client(s) on rdma_cm port %u\n", o.clients, cm->port());
+    next = [&]() -> std::optional<meet_fn> {
+      std::optional<rdx::cm::request> r = cm->next(o.timeout);
+      if (!r) return std::nullopt;
+      auto req = std::make_shared<rdx::cm::request>(std::move(*r));
+      return meet_fn([req](rdx::connection& conn, std::span<const rdx::window_descriptor> grants) {
+        meeting m;
+        m.peer = req->peer() + " over rdma_cm";
+        (void)rdx::cm::accept(std::move(*req), conn, grants);
+        return m;  // a client that goes away disconnects: the report's wait ends at once
+      });
+    };
+  }
+#endif
+  if (!o.cm) {
+    tcp.emplace(rdx::tcp::listener::bind("", o.port));
+    std::printf("  waiting for %u client(s) on TCP port %u\n", o.clients, tcp->port());
+    next = [&]() -> std::optional<meet_fn> {
+      std::shared_ptr<rdx::tcp::socket> sock;
+      try {
+        sock = std::make_shared<rdx::tcp::socket>(tcp->accept(o.timeout));
+      } catch (const rdx::error& e) {
+        if (e.code() == rdx::errc::timed_out) return std::nullopt;
+        throw;
+      }
+      return meet_fn([sock, &o](rdx::connection& conn, std::span<const rdx::window_descriptor> grants) {
+        return tcp_meeting(o, conn, grants, sock);
+      });
+    };
+  }
+  std::fflush(stdout);
+
+  std::mutex m;
+  std::uint32_t passed = 0, failed = 0;
+  {
+    std::vector<std::jthread> threads;
+    for (std::uint32_t i = 0; i < o.clients; ++i) {
+      std::optional<meet_fn> meet = next();
+      if (!meet) {
+        std::fprintf(stderr, "  no client within %lld s: stopping after %u of %u\n",
+                     static_cast<long long>(o.timeout.count()), i, o.clients);
+        const std::lock_guard lock(m);
+        failed += o.clients - i;
+        break;
+      }
+      threads.emplace_back([&, i, meet = std::move(*meet)] {
+        std::string why, peer = "?";
+        try {
+          why = serve_one(o, pd, table, std::uint64_t{i} * o.records, meet, peer);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        const std::lock_guard lock(m);
+        if (why.empty()) {
+          ++passed;
+          std::printf("[client %u %s] all %u records of its slice in their final state (version %" PRIu64 ")\n",
+                      i + 1, peer.c_str(), o.records, final_version);
+        } else {
+          ++failed;
+          std::fprintf(stderr, "[client %u %s] FAILED: %s\n", i + 1, peer.c_str(), why.c_str());
+        }
+        std::fflush(stdout);
+      });
+    }
+  }
+  if (o.clients > 1) std::printf("server: %u of %u clients passed\n", passed, o.clients);
+  if (failed != 0) throw failure(std::to_string(failed) + " of " + std::to_string(o.clients) + " clients failed");
+  if (o.clients == 1) std::printf("server: all %u records in their final state (version %" PRIu64 ")\n", o.records, final_version);
+  return 0;
+}
+
+int run_client(const options& o) {
+  rdx::context ctx = examples::open_device(o.device);
+  rdx::protection_domain pd(ctx);
+  rdx::connection conn(pd, attr_of(o));
   rdx::channel<std::uint64_t> ctl(conn);
-  const bool client = !o.server.empty();
   const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
-
-  if (!client) {
-    std::printf("kv_window server: %u records of %zu bytes on %s\n", o.records, sizeof(record),
-                ctx.name().c_str());
+  rdx::peer_offer offer;
+  std::string peer;
+  std::function<void()> finish = [] {};
+#if RDX_EXAMPLES_CM
+  if (o.cm) {
+    offer = rdx::cm::connect(conn, o.server, o.port, {}, rdx::cm::options{.timeout = o.timeout});
+    peer = rdx::detail::host_port(o.server, o.port) + " over rdma_cm";
   }
-  rdx::tcp::socket sock = examples::bootstrap_socket(o.server, o.port, o.timeout);
-
-  if (!client) {
-    // The table: one registered region with exactly read, write and atomic
-    // rights, granted twice: as records, and as 8-byte words for atomics.
-    auto table =
-        rdx::make_window_buffer<std::uint64_t, table_rights>(pd, std::size_t{o.records} * words_per_record);
-    auto* recs = reinterpret_cast<record*>(table.data());
-    for (std::uint64_t i = 0; i < o.records; ++i) {
-      recs[i].key = i;
-      recs[i].version = 0;
-      set_value(recs[i], initial_value(i));
-    }
-    const rdx::grant<std::uint64_t, table_rights> words(conn, table);
-    const rdx::grant<record, table_rights> as_records(conn, table.region(),
-                                                      std::span<record>(recs, o.records));
-    const rdx::window_descriptor grants[] = {as_records.descriptor(), words.descriptor()};
-    (void)rdx::exchange_and_connect(sock, conn, grants, o.timeout);
-    std::printf("  connected to %s; waiting for the client\n", sock.peer().c_str());
-    std::fflush(stdout);
-    // The client takes as long as its table needs: wait while it is connected.
-    // (Leaving early would deregister the table under the client's feet.)
-    auto done = ctl.receive();
-    std::error_code ec;
-    while ((ec = done.wait(std::chrono::seconds(1))) == rdx::errc::timed_out) {
-      if (!peer_connected(sock)) throw failure("the client went away before reporting");
-    }
-    if (ec) throw failure("waiting for the client's report: " + ec.message());
-    if (done.value() != o.records)
-      throw failure("the client checked " + std::to_string(done.value()) + " records");
-    std::uint64_t bad = 0;
-    for (std::uint64_t i = 0; i < o.records; ++i) {
-      const std::string p = final_problem(recs[i], i, stride);
-      if (!p.empty() && bad++ < 5) std::fprintf(stderr, "  record %" PRIu64 ": %s\n", i, p.c_str());
-    }
-    auto reply = ctl.send(bad);
-    expect_ok(reply, o, "sending the verdict");
-    rdx::tcp::barrier(sock, o.timeout);
-    if (bad != 0) throw failure(std::to_string(bad) + " records are wrong in the server's table");
-    std::printf("server: all %u records in their final state (version %" PRIu64 ")\n", o.records,
-                final_version);
-    return 0;
+#endif
+  if (!o.cm) {
+    auto sock = std::make_shared<rdx::tcp::socket>(examples::bootstrap_socket(o.server, o.port, o.timeout));
+    offer = rdx::exchange_and_connect(*sock, conn, {}, o.timeout);
+    peer = sock->peer();
+    finish = [sock, &o] { rdx::tcp::barrier(*sock, o.timeout); };
   }
-
-  const rdx::peer_offer offer = rdx::exchange_and_connect(sock, conn, {}, o.timeout);
   if (offer.windows.size() != 2)
     throw failure("the server granted " + std::to_string(offer.windows.size()) + " windows, expected 2");
   rdx::remote_window<record, rdx::rights::read | rdx::rights::write> table(conn, offer.windows[0]);
   rdx::remote_window<std::uint64_t, rdx::rights::atomic> words(conn, offer.windows[1]);
   if (table.size() != o.records)
     throw failure("the server's table has " + std::to_string(table.size()) + " records");
-  std::printf("kv_window client: %zu records at %s over %u queue pair(s)\n", table.size(),
-              sock.peer().c_str(), conn.queue_pair_count());
+  std::printf("kv_window client: %zu records at %s over %u queue pair(s)\n", table.size(), peer.c_str(),
+              conn.queue_pair_count());
 
   rdx::registered_buffer<record> local(pd, o.records);
   // 1. Read the whole table in one operation (striped when large).
@@ -240,7 +384,7 @@ int run(const options& o) {
   expect_ok(report, o, "sending the report");
   auto verdict = ctl.receive();
   expect_ok(verdict, o, "waiting for the server's verdict");
-  rdx::tcp::barrier(sock, o.timeout);
+  finish();
   if (verdict.value() != 0)
     throw failure("the server found " + std::to_string(verdict.value()) + " wrong records");
   std::printf("client: %u records read, %llu written, %llu bumped twice, all checked on both sides\n",
@@ -270,6 +414,10 @@ int main(int argc, char** argv) {
         o.all = true;
       } else if (r.match({"-p", "--port"}, &v)) {
         o.port = static_cast<std::uint16_t>(examples::parse_number("--port", v, 1, 65535));
+      } else if (r.match({"--cm"})) {
+        o.cm = true;
+      } else if (r.match({"--clients"}, &v)) {
+        o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 64));
       } else if (r.match({"-t", "--timeout"}, &v)) {
         o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
       } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
@@ -279,12 +427,17 @@ int main(int argc, char** argv) {
         o.server = r.take();
       }
     }
+    if (o.clients > 1 && !o.server.empty())
+      throw examples::usage_error("--clients is for the server: drop it, or drop " + o.server);
+#if !RDX_EXAMPLES_CM
+    if (o.cm) throw examples::usage_error("--cm: this kv_window was built without librdmacm (rdx::cm)");
+#endif
   } catch (const examples::usage_error& e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], e.what());
     return 2;
   }
   try {
-    return run(o);
+    return o.server.empty() ? serve(o) : run_client(o);
   } catch (const failure& e) {
     std::fprintf(stderr, "%s: FAILED: %s\n", argv[0], e.what());
   } catch (const std::exception& e) {

@@ -333,3 +333,39 @@ TEST_CASE("the peer's DISCONNECTED fails pending operations at once", "[cm]") {
     CHECK(later.wait(1s) == rdx::errc::operation_failed);
   }
 }
+
+TEST_CASE("what the peer sent before it disconnected is delivered first", "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  rdx::cm::listener l(0, addr);
+  const std::uint16_t port = l.port();
+  for (int round = 0; round < 10; ++round) {
+    CAPTURE(round);
+    outcome srv;
+    std::thread server([&] {
+      try {
+        rdx::connection conn(pd, {});
+        rdx::channel<std::uint64_t> ch(conn);
+        std::optional<rdx::cm::request> r = l.next(10s);
+        if (!r) throw std::runtime_error("no request");
+        (void)rdx::cm::accept(std::move(*r), conn);
+        auto s = ch.send(1000 + static_cast<std::uint64_t>(round));
+        if (s.wait(10s)) throw std::runtime_error("send: " + s.error().message());
+      } catch (...) {
+        srv.error = std::current_exception();
+      }
+      // The connection goes here, at once: its DREQ races the message's completion.
+    });
+    rdx::connection conn(pd, {});
+    rdx::channel<std::uint64_t> ch(conn);
+    (void)rdx::cm::connect(conn, addr, port);
+    auto first = ch.receive();
+    CHECK_FALSE(first.wait(10s));
+    CHECK(first.value() == 1000 + static_cast<std::uint64_t>(round));
+    auto second = ch.receive();
+    CHECK(second.wait(10s) == rdx::errc::peer_disconnected);
+    server.join();
+    rethrow(srv);
+  }
+}

@@ -398,6 +398,13 @@ TEST_CASE("cm private data: encode refuses what decode refuses, as invalid_argum
   h = later_hello(request, 2, 0);
   h.windows = {sample_window(0)};
   refuses(h, "queue pair 2 carries a window table");
+  // Only queue pair 0 carries the settings: a later one that sets them would lose them.
+  h = later_hello(request, 1, 1);
+  h.recv_depth = 64;
+  refuses(h, "queue pair 1 carries settings (queue pair 0 does)");
+  h = later_hello(reply, 1, 1);
+  h.credit_addr = 8;
+  refuses(h, "queue pair 1 carries settings");
 }
 
 TEST_CASE("cm private data: a reject round-trips its reason and text") {

@@ -178,7 +178,7 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
 }
 
 //! Accepts an rdx peer's request onto c (same queue pairs, recv_depth and
-//! message_size; on r.device_name()), offering grants (at most 6 fit in a
+//! message_size; on r.device_name()), offering grants (at most 7 fit in a
 //! reply), and waits for ESTABLISHED. A request that does not match c is
 //! rejected with the reason, which the client reads. @return what the client
 //! offered. @throws rdx::error naming the peer; the request is then answered.

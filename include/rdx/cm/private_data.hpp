@@ -28,8 +28,8 @@
 //   33      n times 23 bytes: u64 address, u64 length, u32 key,
 //           u8 rights (read 1, write 2, atomic 4), u16 element size
 //
-// So a request holds one window (33 + 23 = 56) and a reply six; every byte
-// after the content must be zero. The codec is pure: no socket, no verbs.
+// So a request holds one window (33 + 23 = 56) and a reply seven (194 of
+// 196); every byte after the content must be zero. The codec is pure: no socket, no verbs.
 #pragma once
 
 #include <rdx/connect/wire.hpp>
@@ -162,8 +162,12 @@ inline void check_hello(const hello& h, errc code) {
       }
     }
   } else {
-    if (!h.windows.empty())
+    if (!h.windows.empty()) {
       pd_fail(code, k, "queue pair " + std::to_string(h.qp_index) + " carries a window table");
+    }
+    if (h.recv_depth != 0 || h.message_size != 0 || h.credit_key != 0 || h.credit_addr != 0) {
+      pd_fail(code, k, "queue pair " + std::to_string(h.qp_index) + " carries settings (queue pair 0 does)");
+    }
     if (hello_header_size + 1 + 4 * h.keys.size() > cap) {
       pd_fail(code, k,
               std::to_string(h.keys.size()) + " keys do not fit in " + std::to_string(cap) + " bytes");
@@ -298,7 +302,7 @@ inline void check_hello(const hello& h, errc code) {
   rejection r;
   r.version = std::to_integer<std::uint8_t>(b[4]);
   r.reason = static_cast<reject_reason>(std::to_integer<std::uint8_t>(b[6]));
-  const std::size_t n = std::min<std::size_t>(std::to_integer<std::size_t>(b[7]), b.size() - 8);
+  const std::size_t n = std::min({std::to_integer<std::size_t>(b[7]), b.size() - 8, reject_capacity - 8});
   for (std::size_t i = 0; i < n; ++i) {
     const auto c = std::to_integer<unsigned char>(b[8 + i]);
     r.text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');  // a peer's bytes, printable only

@@ -141,6 +141,10 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
       now - link_checked_ >= std::chrono::milliseconds(1)) {
     link_checked_ = now;
     if (std::error_code ec = link_->poll()) {
+      // What the peer sent before it disconnected completed before its DREQ
+      // left (a responder completes, then acknowledges): deliver it first.
+      poll_once();
+      if (failed_) return;
       std::snprintf(failure_text_, sizeof failure_text_, "%s sent DISCONNECTED (rdma_cm)", link_->peer());
       fail(ec);
       return;
