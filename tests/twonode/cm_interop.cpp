@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -219,9 +220,11 @@ void run_client(const args& a, clk::time_point deadline) {
     try {
       l.emplace(rdx::cm::connect(s.qp, a.peer, a.port, {}, {.timeout = std::min(left(deadline), 10000ms)}));
     } catch (const rdx::error& e) {
+      // Nothing listens yet: connection_refused (or, from an rdx::cm that
+      // reports it as a rejection, the invalid service ID it names).
       const bool not_yet =
-          (e.code() == rdx::errc::rejected && std::strstr(e.what(), "nothing listens") != nullptr) ||
-          e.code() == rdx::errc::unreachable;
+          e.code() == std::errc::connection_refused || e.code() == rdx::errc::unreachable ||
+          (e.code() == rdx::errc::rejected && std::strstr(e.what(), "nothing listens") != nullptr);
       if (!not_yet || clk::now() + 250ms >= deadline) {
         throw failure(std::string("connect (attempt ") + std::to_string(attempts) + "): " + e.what());
       }
