@@ -609,7 +609,9 @@ int run_native_cm(const options& o, resources& r) {
   if (client) {
     rdx::detail::os_random(&mine.seed, sizeof mine.seed);
     seed = mine.seed;
-    link.emplace(rdx::cm::connect(r.qp, o.server, o.tcp_port, cm_native_data(o, r, mine), cmo));
+    link.emplace(examples::cm_connect_retrying(
+        [&] { return rdx::cm::connect(r.qp, o.server, o.tcp_port, cm_native_data(o, r, mine), cmo); },
+        o.timeout));
     (void)decode_settings(link->peer_private_data(), mine, link->peer());
     peer_ring = peer_ring_of(o, cm_native_ring(o, link->peer_private_data()));
   } else {
@@ -821,8 +823,12 @@ auto cm_client_meeting(const options& o) {
   return [&o](rdx::connection& conn, std::span<const rdx::window_descriptor> grants, const settings& mine,
               steady::time_point deadline) {
     meeting m;
-    m.offer = rdx::cm::connect(conn, o.server, o.tcp_port, grants,
-                               rdx::cm::options{.timeout = time_left(deadline), .qp = connect_opts(o)});
+    m.offer = examples::cm_connect_retrying(
+        [&] {
+          return rdx::cm::connect(conn, o.server, o.tcp_port, grants,
+                                  rdx::cm::options{.timeout = time_left(deadline), .qp = connect_opts(o)});
+        },
+        time_left(deadline));
     m.peer_name = rdx::detail::host_port(o.server, o.tcp_port) + " over rdma_cm";
     m.peer = cm_settings(conn, mine, m.peer_name, deadline);
     return m;

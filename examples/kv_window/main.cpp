@@ -185,8 +185,8 @@ std::string serve_one(const options& o, const rdx::protection_domain& pd,
   const rdx::window_descriptor grants[] = {as_records.descriptor(), words.descriptor()};
   const meeting m = meet(conn, grants);
   peer = m.peer;
-  std::printf("  connected to %s (records %" PRIu64 " to %" PRIu64 "); waiting for it\n", m.peer.c_str(), first,
-              first + o.records - 1);
+  std::printf("  connected to %s (records %" PRIu64 " to %" PRIu64 "); waiting for it\n", m.peer.c_str(),
+              first, first + o.records - 1);
   std::fflush(stdout);
   // The client takes as long as its table needs: wait while it is connected.
   // (Leaving early would deregister the table under the client's feet.)
@@ -287,7 +287,8 @@ int serve(const options& o) {
         const std::lock_guard lock(m);
         if (why.empty()) {
           ++passed;
-          std::printf("[client %u %s] all %u records of its slice in their final state (version %" PRIu64 ")\n",
+          std::printf("[client %u %s] all %u records of its slice in their final state (version %" PRIu64
+                      ")\n",
                       i + 1, peer.c_str(), o.records, final_version);
         } else {
           ++failed;
@@ -298,8 +299,11 @@ int serve(const options& o) {
     }
   }
   if (o.clients > 1) std::printf("server: %u of %u clients passed\n", passed, o.clients);
-  if (failed != 0) throw failure(std::to_string(failed) + " of " + std::to_string(o.clients) + " clients failed");
-  if (o.clients == 1) std::printf("server: all %u records in their final state (version %" PRIu64 ")\n", o.records, final_version);
+  if (failed != 0)
+    throw failure(std::to_string(failed) + " of " + std::to_string(o.clients) + " clients failed");
+  if (o.clients == 1)
+    std::printf("server: all %u records in their final state (version %" PRIu64 ")\n", o.records,
+                final_version);
   return 0;
 }
 
@@ -314,7 +318,9 @@ int run_client(const options& o) {
   std::function<void()> finish = [] {};
 #if RDX_EXAMPLES_CM
   if (o.cm) {
-    offer = rdx::cm::connect(conn, o.server, o.port, {}, rdx::cm::options{.timeout = o.timeout});
+    offer = examples::cm_connect_retrying(
+        [&] { return rdx::cm::connect(conn, o.server, o.port, {}, rdx::cm::options{.timeout = o.timeout}); },
+        o.timeout);
     peer = rdx::detail::host_port(o.server, o.port) + " over rdma_cm";
   }
 #endif

@@ -42,6 +42,10 @@ endif()
 # within connection::detection_bound().
 add_executable(dead_peer ${CMAKE_CURRENT_LIST_DIR}/dead_peer.cpp)
 target_link_libraries(dead_peer PRIVATE rdx::rdx rdx_warnings)
+if(TARGET rdx::cm)
+  target_link_libraries(dead_peer PRIVATE rdx::cm)
+  target_compile_definitions(dead_peer PRIVATE RDX_TEST_CM=1)
+endif()
 rdx_add_twonode_test(NAME dead_peer_kill_twonode TIMEOUT 300
   NODE0 $<TARGET_FILE:dead_peer> --kill
   NODE1 $<TARGET_FILE:dead_peer> --kill)

@@ -9,6 +9,10 @@
 //            keepalive probe must notice);
 //   --link-traffic  the victim takes its link down in the middle of writes,
 //            reads and sends, as with --kill.
+//   --cm     (with --kill) the connection is set up through rdma_cm: the
+//            victim's kernel disconnects its ids when the process dies, and
+//            the survivor's pending operations must end with
+//            errc::peer_disconnected, well before the retry timeouts would.
 // The survivor checks that every pending operation ends with an error exactly
 // once, within connection::detection_bound() of the death (printed next to
 // the measured time), that later operations fail at once, and that no queue
@@ -18,12 +22,16 @@
 #include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
+#if RDX_TEST_CM
+#include <rdx/cm/cm.hpp>
+#endif
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -65,12 +73,38 @@ struct setup {
   rdx::grant<std::uint64_t, rights::read | rights::write> g;
   rdx::tcp::socket sock;
   rdx::peer_offer offer;
-  setup(bool server, const std::string& peer)
+  setup(bool server, const std::string& peer, bool cm)
       : conn(pd,
              rdx::connection_attr{.queue_pairs = 2, .recv_depth = 8, .message_size = 64, .keepalive = 500ms}),
         win(rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(pd, words)),
         g(conn, win) {
     const rdx::window_descriptor grants[] = {g.descriptor()};
+#if RDX_TEST_CM
+    // Over rdma_cm the TCP socket only carries the victim's "now" signal.
+    if (cm && server) {
+      rdx::cm::listener l(port);
+      auto t = rdx::tcp::listener::bind("", port + 1);
+      std::optional<rdx::cm::request> r = l.next(60s);
+      require(r.has_value(), "no rdma_cm request within 60 s");
+      offer = rdx::cm::accept(std::move(*r), conn, grants);
+      sock = t.accept(60s);
+      return;
+    }
+    if (cm) {
+      for (auto until = clk::now() + 60s;; std::this_thread::sleep_for(200ms)) {
+        try {
+          offer = rdx::cm::connect(conn, peer, port, {});
+          break;
+        } catch (const rdx::error& e) {
+          if (e.code() != std::errc::connection_refused || clk::now() > until) throw;
+        }
+      }
+      sock = rdx::tcp::connect(peer, port + 1, 60s);
+      return;
+    }
+#else
+    require(!cm, "built without rdx::cm");
+#endif
     if (server) {
       auto l = rdx::tcp::listener::bind("", port);
       sock = l.accept(60s);
@@ -81,9 +115,9 @@ struct setup {
   }
 };
 
-int victim(bool link) {
+int victim(bool link, bool cm) {
   if (link) {
-    setup s(true, "");
+    setup s(true, "", cm);
     std::this_thread::sleep_for(1s);  // the survivor starts its operations
     const char b = 'x';
     (void)::send(s.sock.native_handle(), &b, 1, MSG_NOSIGNAL);
@@ -96,7 +130,7 @@ int victim(bool link) {
   }
   const pid_t child = ::fork();
   if (child == 0) {
-    setup s(true, "");
+    setup s(true, "", cm);
     rdx::channel<std::uint64_t> ch(s.conn);
     std::this_thread::sleep_for(1s);  // traffic flows; this side takes no message
     const char b = 'x';
@@ -110,10 +144,10 @@ int victim(bool link) {
   return killed ? 0 : 1;
 }
 
-int survivor(bool link, bool traffic, const std::string& peer) {
+int survivor(bool link, bool traffic, bool cm, const std::string& peer) {
   const std::size_t qps_before = qp_count();
   {
-    setup s(false, peer);
+    setup s(false, peer, cm);
     rdx::channel<std::uint64_t> ch(s.conn);
     rdx::remote_window<std::uint64_t, rights::read | rights::write> w(s.conn, s.offer.windows.at(0));
     rdx::registered_buffer<std::uint64_t> local(s.pd, words);
@@ -177,6 +211,14 @@ int survivor(bool link, bool traffic, const std::string& peer) {
                           : "link, receives only",
                 static_cast<long long>(took.count()), static_cast<long long>(bound.count()));
     require(took <= bound, "detection took longer than detection_bound()");
+    if (cm) {
+      std::printf(
+          "dead_peer twonode (kill, rdma_cm): DISCONNECTED ended it in %lld ms; the retry timeouts "
+          "allow %lld ms (dead_peer_kill_twonode measures that path)\n",
+          static_cast<long long>(took.count()), static_cast<long long>(bound.count()));
+      require(s.conn.failure_reason() == rdx::errc::peer_disconnected,
+              "the connection failed with " + s.conn.failure_message() + ", not the peer's DISCONNECTED");
+    }
   }
   require(qp_count() == qps_before, "queue pairs left behind after the connection was destroyed");
   return 0;
@@ -186,9 +228,11 @@ int survivor(bool link, bool traffic, const std::string& peer) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "--help" || (mode != "--kill" && mode != "--link" && mode != "--link-traffic")) {
+  const bool cm = argc > 2 && std::string(argv[2]) == "--cm";
+  if (mode == "--help" || (mode != "--kill" && mode != "--link" && mode != "--link-traffic") ||
+      (cm && mode != "--kill")) {
     std::printf(
-        "usage: dead_peer --kill|--link|--link-traffic   (RDX_NODE=0: victim, 1: survivor of "
+        "usage: dead_peer --kill [--cm] | --link | --link-traffic   (RDX_NODE=0: victim, 1: survivor of "
         "RDX_PEER_ADDR)\n");
     return mode == "--help" ? 0 : 2;
   }
@@ -196,8 +240,8 @@ int main(int argc, char** argv) {
   const char* peer = std::getenv("RDX_PEER_ADDR");
   try {
     const bool link = mode != "--kill";
-    if (node != nullptr && std::string(node) == "0") return victim(link);
-    return survivor(link, mode != "--link", peer != nullptr ? peer : "");
+    if (node != nullptr && std::string(node) == "0") return victim(link, cm);
+    return survivor(link, mode != "--link", cm, peer != nullptr ? peer : "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dead_peer: %s\n", e.what());
     return 1;

@@ -126,8 +126,8 @@ inline void check_settings(const connection& c, const hello& h, const std::strin
 //! Connects c to an rdx server at host:port through rdma_cm, offering grants
 //! (at most 1 fits in a request). @return what the server offered.
 //! @throws rdx::error naming the peer: errc::address_error, errc::unreachable,
-//! errc::rejected (nothing listens, or the server refused: its reason is in
-//! the message), errc::wire_format (a reply that is not rdx's or disagrees),
+//! std::errc::connection_refused (nothing listens), errc::rejected (the server
+//! refused: its reason is in the message), errc::wire_format (a reply that is not rdx's or disagrees),
 //! errc::timed_out at o.timeout; c is then not connected.
 inline peer_offer connect(connection& c, std::string_view host, std::uint16_t port,
                           std::span<const window_descriptor> grants = {}, const options& o = {}) {

@@ -57,7 +57,9 @@ inline constexpr int rej_consumer = 28;
     case RDMA_CM_EVENT_CONNECT_ERROR: return error(errc::unreachable, at + "the connection failed" + why);
     case RDMA_CM_EVENT_REJECTED: {
       if (e.status == rej_invalid_service_id) {
-        return error(errc::rejected, at + "nothing listens on that port (rejected: invalid service ID)");
+        // As TCP says it, so a client can retry while its server starts.
+        return error(std::make_error_code(std::errc::connection_refused),
+                     at + "nothing listens on that port (rejected: invalid service ID)");
       }
       if (auto r = decode_rejection(e.private_data)) {
         return error(errc::rejected, at + "rejected by the rdx server (speaks version " +
@@ -324,7 +326,8 @@ private:
 //! 56 bytes) with the request: the active side of any rdma_cm program
 //! (rdma-core's rdma_server, say). @return the link; the peer's reply data is
 //! link::peer_private_data(). @throws rdx::error: errc::address_error,
-//! errc::unreachable, errc::rejected (nothing listens, or the server refused),
+//! errc::unreachable, std::errc::connection_refused (nothing listens),
+//! errc::rejected (the server refused),
 //! errc::timed_out at o.timeout; each names the peer.
 [[nodiscard]] inline link connect(queue_pair& qp, std::string_view host, std::uint16_t port,
                                   std::span<const std::byte> private_data = {}, const options& o = {}) {
