@@ -11,6 +11,8 @@
 #include <system_error>
 
 #ifdef RDX_CONSUMER_CM
+#include <rdx/cm/cm.hpp>
+
 #include <rdma/rdma_cma.h>
 #endif
 #ifdef RDX_CONSUMER_AUTH
@@ -30,9 +32,17 @@ int main() {
   auto* get_devices = &ibv_get_device_list;
   if (get_devices == nullptr) return 1;
 #ifdef RDX_CONSUMER_CM
-  auto* create_channel = &rdma_create_event_channel;
-  if (create_channel == nullptr) return 1;
-  std::puts("consumer: rdx::cm linked");
+  // The cm header's private data round-trips; connecting would need a device.
+  rdx::cm::hello h;
+  h.recv_depth = 64;
+  h.message_size = 4096;
+  if (rdx::cm::decode_hello(rdx::cm::encode_hello(h), rdx::cm::message_kind::request) != h) return 1;
+  // Taking the address of a connect makes the link against librdmacm real.
+  rdx::peer_offer (*connect)(rdx::connection&, std::string_view, std::uint16_t,
+                             std::span<const rdx::window_descriptor>, const rdx::cm::options&) =
+      &rdx::cm::connect;
+  if (connect == nullptr) return 1;
+  std::puts("consumer: rdx::cm linked (rdx/cm/cm.hpp)");
 #endif
 #ifdef RDX_CONSUMER_AUTH
   // Making a key fetches HMAC from libcrypto: the link is real.

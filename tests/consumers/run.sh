@@ -3,6 +3,7 @@
 #
 #   run.sh find_package     SRC WORK   install rdx into WORK/prefix, then
 #                                      find_package(rdx CONFIG) (and COMPONENTS cm, auth)
+#   run.sh find_package_cm  SRC WORK   the same, COMPONENTS cm only: a program using rdx/cm/cm.hpp
 #   run.sh add_subdirectory SRC WORK   add_subdirectory(SRC)
 #
 # Fails when any step fails; exits 77 only when cmake or a compiler is missing.
@@ -24,7 +25,7 @@ step() {
 # No flags of the consumer's own: what rdx's targets carry must be enough, and
 # the compiler must see nothing rdx did not export.
 case "$mode" in
-  find_package)
+  find_package | find_package_cm)
     step cmake -S "$src" -B "$work/rdx-build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
       -DRDX_BUILD_TESTS=OFF -DRDX_BUILD_EXAMPLES=OFF -DRDX_BUILD_BENCHMARKS=OFF -DRDX_INSTALL=ON \
       -DCMAKE_INSTALL_PREFIX="$work/prefix" >"$work/rdx-configure.log" ||
@@ -35,12 +36,19 @@ case "$mode" in
     [[ -n "$cfg" ]] || { echo "no rdxConfig.cmake in the install tree" >&2; exit 1; }
     pc="$(find "$work/prefix" -name rdx.pc | head -n 1)"
     [[ -n "$pc" ]] || { echo "no rdx.pc in the install tree" >&2; exit 1; }
-    for cm in OFF ON; do
+    cms=(OFF ON)
+    [[ "$mode" == find_package_cm ]] && cms=(ON)
+    for cm in "${cms[@]}"; do
       b="$work/consumer-cm-$cm"
       step cmake -S "$here/find_package" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" -DWITH_CM=$cm
       step cmake --build "$b"
       step "$b/consumer"
     done
+    if [[ "$mode" == find_package_cm ]]; then
+      grep -q "rdx/cm/cm.hpp" <("$work/consumer-cm-ON/consumer") ||
+        { echo "the consumer did not use rdx/cm/cm.hpp" >&2; exit 1; }
+      exit 0
+    fi
     # Where rdx::auth was installed (OpenSSL was found), the component resolves and links.
     if [[ -f "$(dirname "$cfg")/rdxAuthTargets.cmake" ]]; then
       b="$work/consumer-auth"

@@ -1,0 +1,46 @@
+// rdx: the settings of a connection (connection_attr) and what one side
+// tells the other to connect to it (connection_info), whichever bootstrap
+// carries it: the TCP exchange (channel/exchange.hpp) or rdma_cm (cm/connect.hpp).
+#pragma once
+
+#include <rdx/verbs/endpoint.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace rdx {
+
+//! Settings of a connection; each side of a connection must use the same
+//! queue_pairs, recv_depth and message_size (connect() checks).
+struct connection_attr {
+  std::uint32_t queue_pairs = 1;        //!< K: large writes and reads are striped over them
+  std::uint32_t send_depth = 256;       //!< send-queue entries per queue pair
+  std::uint32_t signal_interval = 64;   //!< at most this many work requests per signaled one
+  std::uint32_t recv_depth = 64;        //!< pre-posted message buffers: the peer's credits
+  std::uint32_t message_size = 4096;    //!< bytes per message buffer: the largest message
+  std::size_t chunk_size = 512 * 1024;  //!< striping chunk, a multiple of 4 KiB
+  bool events = false;                  //!< create a completion channel (event mode)
+  std::uint8_t port = 0;                //!< 0: the first ACTIVE port
+  std::optional<std::uint8_t> gid_index{};
+  //! Receives that waited this long on an idle connection send a liveness
+  //! probe, so a dead peer is noticed without traffic; 0 turns it off.
+  std::chrono::milliseconds keepalive{1000};
+  //! Longest time destruction waits for the flushed work of its queue pairs.
+  std::chrono::milliseconds drain_timeout{2000};
+};
+
+//! What one side tells the other to connect: its queue pairs, its
+//! flow-control word and its buffer settings.
+struct connection_info {
+  std::vector<endpoint> endpoints;  //!< one per queue pair, in order
+  //! 8 bytes the peer writes its consumed count into, through queue pair 0
+  //! (a memory window over exactly those bytes, or an exact registration).
+  remote_descriptor credit_word{};
+  std::uint32_t recv_depth = 0;
+  std::uint32_t message_size = 0;
+};
+
+}  // namespace rdx
