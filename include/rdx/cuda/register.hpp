@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -157,23 +158,17 @@ private:
 
 namespace detail {
 //! dma-buf: register the caller's range of the exported allocation at its own
-//! virtual address. nullptr on failure, with the reason in why.
-inline ibv_mr* register_dma_buf(ibv_pd* pd, void* ptr, std::size_t bytes, int rights, std::string& why) {
+//! virtual address, through rdx::memory_region's dma-buf constructor. Empty on
+//! failure, with the reason in why.
+inline std::optional<memory_region> register_dma_buf(const protection_domain& pd, void* ptr,
+                                                     std::size_t bytes, access rights, std::string& why) {
   try {
-    dma_buf_range r = export_dma_buf(ptr, bytes);
-    errno = 0;
-    ibv_mr* mr = ::ibv_reg_dmabuf_mr(pd, r.offset(), r.length(), r.iova(), r.fd(), rights);
-    const int err = errno;
-    if (mr == nullptr) {
-      why = "ibv_reg_dmabuf_mr: " + errno_text(err != 0 ? err : EINVAL);
-      if (err == EOPNOTSUPP || err == ENOSYS) {
-        why += ": this kernel, NIC driver or rdma-core lacks dma-buf registration";
-      }
-    }
-    return mr;  // r closes the fd: the registration holds its own reference
+    const dma_buf_range r = export_dma_buf(ptr, bytes);
+    // r closes the fd when it goes: the registration holds its own reference.
+    return memory_region(pd, dma_buf::borrow(r.fd()), r.offset(), r.length(), r.iova(), rights);
   } catch (const rdx::error& e) {
     why = e.what();
-    return nullptr;
+    return std::nullopt;
   }
 }
 
@@ -242,9 +237,9 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
 
   detail::registration_attempts tried;
   if (force == gpu_path::automatic || force == gpu_path::dma_buf) {
-    if (ibv_mr* mr =
-            detail::register_dma_buf(pd.native_handle(), device_ptr, bytes, to_ibv(rights), tried.dma_buf)) {
-      return {memory_region::adopt(pd, mr), gpu_path::dma_buf};
+    if (std::optional<memory_region> mr =
+            detail::register_dma_buf(pd, device_ptr, bytes, rights, tried.dma_buf)) {
+      return {std::move(*mr), gpu_path::dma_buf};
     }
   }
   if (force == gpu_path::automatic || force == gpu_path::peermem) {

@@ -1,16 +1,21 @@
-// rdx: memory regions over caller memory, and owning registered buffers.
+// rdx: memory regions over caller memory or a dma-buf, and owning registered
+// buffers. A registration refused for lack of locked memory says what the
+// limit is and how to raise it.
 #pragma once
 
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/dma_buf.hpp>
 #include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 
 #include <infiniband/verbs.h>
 
 #include <cassert>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -18,6 +23,8 @@
 #include <span>
 #include <string>
 #include <type_traits>
+
+#include <sys/resource.h>
 
 namespace rdx {
 
@@ -82,6 +89,38 @@ struct remote_ptr {
 
 //! A registered memory region over caller memory. Move-only; keeps its
 //! protection domain alive; the memory must outlive it.
+namespace detail {
+
+//! "64 KiB", "1.5 GiB".
+inline std::string bytes_text(std::uint64_t n) {
+  const char* unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.4g %s", v, unit[u]);
+  return buf;
+}
+
+//! Why a registration of `length` bytes failed with err, in words: for ENOMEM
+//! and EPERM under a finite RLIMIT_MEMLOCK, the limit and how to raise it.
+inline std::string registration_hint(int err, std::size_t length) {
+  if (err != ENOMEM && err != EPERM) return {};
+  rlimit l{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return {};
+  return "; the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is " + bytes_text(l.rlim_cur) +
+         " and a registration pins what it covers (" + bytes_text(length) +
+         " here, plus what this process has registered already) unless the process has CAP_IPC_LOCK: raise "
+         "it "
+         "(ulimit -l unlimited; systemd LimitMEMLOCK=infinity; docker run --ulimit memlock=-1; "
+         "/etc/security/limits.conf memlock)";
+}
+
+}  // namespace detail
+
 class memory_region : detail::move_only {
 public:
   //! Registers the bytes of a span.
@@ -100,9 +139,52 @@ public:
     }
     ibv_mr* mr = ::ibv_reg_mr(pd.native_handle(), addr, length, to_ibv(rights));
     if (mr == nullptr) {
+      const int err = errno ? errno : ENOMEM;
       char what[96];
       std::snprintf(what, sizeof what, "%zu bytes at %p, access 0x%x", length, addr, to_ibv(rights));
-      detail::throw_errno("ibv_reg_mr", what, errno ? errno : ENOMEM);
+      detail::throw_errno("ibv_reg_mr", what + detail::registration_hint(err, length), err);
+    }
+    h_ = detail::make_shared_verbs(mr, &::ibv_dereg_mr, "ibv_dereg_mr", {pd.shared_handle()});
+    rights_ = rights;
+  }
+
+  //! Registers length bytes of a dma-buf from offset; the NIC addresses them
+  //! from iova (as ibv_reg_mr's address). The registration keeps its own
+  //! reference to the dma-buf: buf may be closed afterwards.
+  //! @throws rdx::error: errc::invalid_argument for zero bytes or a range
+  //! outside the dma-buf (checked before the device sees it); errc::unsupported
+  //! when the device's provider library or kernel driver cannot register
+  //! dma-buf (Soft-RoCE and siw cannot), naming what works instead; the errno
+  //! of ibv_reg_dmabuf_mr otherwise.
+  memory_region(const protection_domain& pd, const dma_buf& buf, std::uint64_t offset, std::size_t length,
+                std::uint64_t iova, access rights = access::local_write) {
+    if (has(rights, access::remote_write) || has(rights, access::remote_atomic))
+      rights |= access::local_write;
+    const std::string what = std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                             " of dma-buf fd " + std::to_string(buf.fd()) + ", iova " + std::to_string(iova);
+    if (length == 0) detail::throw_rdx(errc::invalid_argument, "memory_region(dma_buf): zero bytes");
+    const std::size_t size = buf.size();
+    if (offset > size || length > size - offset) {
+      detail::throw_rdx(
+          errc::invalid_argument,
+          "memory_region(dma_buf): " + what + " reaches past its end (" + std::to_string(size) + " bytes)");
+    }
+    errno = 0;
+    ibv_mr* mr = ::ibv_reg_dmabuf_mr(pd.native_handle(), offset, length, iova, buf.fd(), to_ibv(rights));
+    if (mr == nullptr) {
+      const int err = errno ? errno : EINVAL;
+      const std::string dev = ::ibv_get_device_name(pd.native_handle()->context->device);
+      if (err == EOPNOTSUPP || err == ENOTSUP || err == EPROTONOSUPPORT || err == ENOSYS) {
+        throw error(errc::unsupported,
+                    "ibv_reg_dmabuf_mr on " + what + ": " + dev + " cannot register dma-buf (" +
+                        std::strerror(err) +
+                        " from its provider library or kernel driver; rdma-core 34 and kernel 5.12 are "
+                        "needed too, and Soft-RoCE and siw never can): register host memory instead and "
+                        "stage through it (rdx::cuda::gpu_region does for GPU memory), or use a NIC whose "
+                        "driver imports dma-buf (mlx5)");
+      }
+      detail::throw_errno("ibv_reg_dmabuf_mr", what + " on " + dev + detail::registration_hint(err, length),
+                          err);
     }
     h_ = detail::make_shared_verbs(mr, &::ibv_dereg_mr, "ibv_dereg_mr", {pd.shared_handle()});
     rights_ = rights;
