@@ -11,14 +11,17 @@
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/device_list.hpp>
+#include <rdx/verbs/dma_buf.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/memory_window.hpp>
+#include <rdx/verbs/page_allocation.hpp>
 #include <rdx/verbs/poll.hpp>
 #include <rdx/verbs/post.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/queue_pair_attr.hpp>
+#include <rdx/verbs/registration_cache.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
 
