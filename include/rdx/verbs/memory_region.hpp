@@ -247,8 +247,35 @@ template <class T>
 concept registrable = std::is_trivially_copyable_v<T> && !std::is_const_v<T>;
 
 //! An owning, page-aligned, zero-initialised buffer of n T, registered on creation.
+namespace detail {
+
+//! What every owning registered buffer (registered_buffer, huge_buffer) offers
+//! over its elements and its region; B provides data(), size() and region().
+template <class B, class T>
+class registered_elements {
+public:
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return self().size() * sizeof(T); }
+  [[nodiscard]] std::span<T> span() const noexcept { return {self().data(), self().size()}; }
+  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return self().data()[i]; }
+  [[nodiscard]] T* begin() const noexcept { return self().data(); }
+  [[nodiscard]] T* end() const noexcept { return self().data() + self().size(); }
+  [[nodiscard]] std::uint32_t lkey() const noexcept { return self().region().lkey(); }
+  [[nodiscard]] std::uint32_t rkey() const noexcept { return self().region().rkey(); }
+  //! A local scatter-gather entry for elements [first, first + n).
+  [[nodiscard]] ibv_sge sge(std::size_t first, std::size_t n) const noexcept {
+    return self().region().sge(first * sizeof(T), n * sizeof(T));
+  }
+  [[nodiscard]] ibv_sge sge() const noexcept { return self().region().sge(); }
+  [[nodiscard]] remote_descriptor remote() const noexcept { return self().region().remote(); }
+
+private:
+  [[nodiscard]] const B& self() const noexcept { return static_cast<const B&>(*this); }
+};
+
+}  // namespace detail
+
 template <registrable T>
-class registered_buffer {
+class registered_buffer : public detail::registered_elements<registered_buffer<T>, T> {
 public:
   //! @throws rdx::error when registration fails; std::bad_alloc when memory is short.
   registered_buffer(const protection_domain& pd, std::size_t count, access rights = access::local_write)
@@ -256,21 +283,7 @@ public:
 
   [[nodiscard]] T* data() const noexcept { return mem_.get(); }
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  [[nodiscard]] std::span<T> span() const noexcept { return {mem_.get(), count_}; }
-  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return mem_.get()[i]; }
-  [[nodiscard]] T* begin() const noexcept { return mem_.get(); }
-  [[nodiscard]] T* end() const noexcept { return mem_.get() + count_; }
-
   [[nodiscard]] const memory_region& region() const noexcept { return mr_; }
-  [[nodiscard]] std::uint32_t lkey() const noexcept { return mr_.lkey(); }
-  [[nodiscard]] std::uint32_t rkey() const noexcept { return mr_.rkey(); }
-  //! A local scatter-gather entry for elements [first, first + n).
-  [[nodiscard]] ibv_sge sge(std::size_t first, std::size_t n) const noexcept {
-    return mr_.sge(first * sizeof(T), n * sizeof(T));
-  }
-  [[nodiscard]] ibv_sge sge() const noexcept { return mr_.sge(); }
-  [[nodiscard]] remote_descriptor remote() const noexcept { return mr_.remote(); }
 
 private:
   struct free_deleter {

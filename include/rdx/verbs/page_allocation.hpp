@@ -302,7 +302,7 @@ private:
 //! of 4 KiB pages: 28-39 ms serial, 32-40 ms in 2 threads; tests/rdma/hugepage.cpp
 //! [timing]), and it costs an lkey per part, so rdx has no register_parallel.
 template <registrable T>
-class huge_buffer {
+class huge_buffer : public detail::registered_elements<huge_buffer<T>, T> {
 public:
   //! @throws rdx::error when the pages cannot be had (see page_allocation::make)
   //! or registration fails.
@@ -326,25 +326,12 @@ public:
 
   [[nodiscard]] T* data() const noexcept { return static_cast<T*>(mem_.data()); }
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
-  [[nodiscard]] std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  [[nodiscard]] std::span<T> span() const noexcept { return {data(), count_}; }
-  [[nodiscard]] T& operator[](std::size_t i) const noexcept { return data()[i]; }
-  [[nodiscard]] T* begin() const noexcept { return data(); }
-  [[nodiscard]] T* end() const noexcept { return data() + count_; }
 
   [[nodiscard]] page_kind kind() const noexcept { return mem_.kind(); }
   [[nodiscard]] const std::string& why() const noexcept { return mem_.why(); }
   [[nodiscard]] const page_allocation& allocation() const noexcept { return mem_; }
 
   [[nodiscard]] const memory_region& region() const noexcept { return mr_; }
-  [[nodiscard]] std::uint32_t lkey() const noexcept { return mr_.lkey(); }
-  [[nodiscard]] std::uint32_t rkey() const noexcept { return mr_.rkey(); }
-  //! A local scatter-gather entry for elements [first, first + n).
-  [[nodiscard]] ibv_sge sge(std::size_t first, std::size_t n) const noexcept {
-    return mr_.sge(first * sizeof(T), n * sizeof(T));
-  }
-  [[nodiscard]] ibv_sge sge() const noexcept { return mr_.sge(); }
-  [[nodiscard]] remote_descriptor remote() const noexcept { return mr_.remote(); }
 
 private:
   static std::size_t bytes(std::size_t count) {
