@@ -3,9 +3,6 @@
 #pragma once
 
 #include <rdx/rdx.hpp>
-#if RDX_EXAMPLES_CM
-#include <rdx/cm/cm.hpp>
-#endif
 
 #include <algorithm>
 #include <charconv>
@@ -17,8 +14,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 namespace examples {
@@ -131,26 +126,5 @@ inline rdx::tcp::socket bootstrap_socket(const std::string& server, std::uint16_
   std::fflush(stdout);
   return l.accept(timeout);
 }
-
-#if RDX_EXAMPLES_CM
-//! Calls connect() until it returns, again every 200 ms while nothing listens
-//! at the server yet (it may start a moment after the client), until timeout:
-//! what bootstrap_socket does for TCP. Other errors end it at once.
-template <class F>
-auto cm_connect_retrying(F&& connect, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    try {
-      return connect();
-    } catch (const rdx::error& e) {
-      if (e.code() != std::errc::connection_refused ||
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(200) >= deadline) {
-        throw;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-}
-#endif
 
 }  // namespace examples

@@ -601,7 +601,7 @@ std::vector<rdx::remote_descriptor> cm_native_ring(const options& o, std::span<c
 int run_native_cm(const options& o, resources& r) {
   const bool client = !o.server.empty();
   const auto copts = connect_opts(o);
-  const rdx::cm::options cmo{.timeout = o.timeout, .qp = copts};
+  const rdx::cm::options cmo{.timeout = o.timeout, .qp = copts, .wait_for_listener = true};
   settings mine{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   std::optional<rdx::cm::link> link;
   std::uint32_t seed = 0;
@@ -609,9 +609,7 @@ int run_native_cm(const options& o, resources& r) {
   if (client) {
     rdx::detail::os_random(&mine.seed, sizeof mine.seed);
     seed = mine.seed;
-    link.emplace(examples::cm_connect_retrying(
-        [&] { return rdx::cm::connect(r.qp, o.server, o.tcp_port, cm_native_data(o, r, mine), cmo); },
-        o.timeout));
+    link.emplace(rdx::cm::connect(r.qp, o.server, o.tcp_port, cm_native_data(o, r, mine), cmo));
     (void)decode_settings(link->peer_private_data(), mine, link->peer());
     peer_ring = peer_ring_of(o, cm_native_ring(o, link->peer_private_data()));
   } else {
@@ -823,12 +821,9 @@ auto cm_client_meeting(const options& o) {
   return [&o](rdx::connection& conn, std::span<const rdx::window_descriptor> grants, const settings& mine,
               steady::time_point deadline) {
     meeting m;
-    m.offer = examples::cm_connect_retrying(
-        [&] {
-          return rdx::cm::connect(conn, o.server, o.tcp_port, grants,
-                                  rdx::cm::options{.timeout = time_left(deadline), .qp = connect_opts(o)});
-        },
-        time_left(deadline));
+    m.offer = rdx::cm::connect(
+        conn, o.server, o.tcp_port, grants,
+        rdx::cm::options{.timeout = time_left(deadline), .qp = connect_opts(o), .wait_for_listener = true});
     m.peer_name = rdx::detail::host_port(o.server, o.tcp_port) + " over rdma_cm";
     m.peer = cm_settings(conn, mine, m.peer_name, deadline);
     return m;

@@ -318,9 +318,9 @@ int run_client(const options& o) {
   std::function<void()> finish = [] {};
 #if RDX_EXAMPLES_CM
   if (o.cm) {
-    offer = examples::cm_connect_retrying(
-        [&] { return rdx::cm::connect(conn, o.server, o.port, {}, rdx::cm::options{.timeout = o.timeout}); },
-        o.timeout);
+    // The server may start a moment after its clients: wait for it, up to --timeout.
+    offer = rdx::cm::connect(conn, o.server, o.port, {},
+                             rdx::cm::options{.timeout = o.timeout, .wait_for_listener = true});
     peer = rdx::detail::host_port(o.server, o.port) + " over rdma_cm";
   }
 #endif

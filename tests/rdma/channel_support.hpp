@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace channel_test {
@@ -34,6 +37,17 @@ inline rdx::context open_device() {
     std::exit(77);
   }
   return rdx::context::open_default();
+}
+
+//! The code of the rdx::error f throws (its message in *what), or empty when it throws none.
+inline std::error_code code_of(const std::function<void()>& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const rdx::error& e) {
+    if (what != nullptr) *what = e.what();
+    return e.code();
+  }
+  return {};
 }
 
 //! Two connections of one device connected to each other.

@@ -50,16 +50,6 @@ void rethrow(const outcome& o) {
   if (o.error) std::rethrow_exception(o.error);
 }
 
-std::error_code code_of(const std::function<void()>& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const rdx::error& e) {
-    if (what != nullptr) *what = e.what();
-    return e.code();
-  }
-  return {};
-}
-
 constexpr std::size_t words = 4096 + 512;  // 36 KiB: striped over 2 queue pairs in 4 KiB chunks
 
 }  // namespace
@@ -142,7 +132,7 @@ TEST_CASE("connecting to a port where nothing listens fails fast, naming the pee
   rdx::connection conn(pd, {});
   std::string what;
   const auto t0 = clk::now();
-  const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn, addr, 1); }, &what);
+  const std::error_code ec = channel_test::code_of([&] { (void)rdx::cm::connect(conn, addr, 1); }, &what);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0);
   std::printf("cm: no listener: %s after %lld ms\n", what.c_str(), static_cast<long long>(took.count()));
   CHECK(ec == std::errc::connection_refused);
@@ -168,7 +158,8 @@ TEST_CASE("a request of another version, or with other settings, is rejected wit
     std::vector<std::byte> pd9 = rdx::cm::encode_hello(h);
     pd9[4] = std::byte{9};
     std::string what;
-    const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, port, pd9); }, &what);
+    const std::error_code ec =
+        channel_test::code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, port, pd9); }, &what);
     server.join();
     std::printf("cm: version 9: %s\n", what.c_str());
     CHECK(ec == rdx::errc::rejected);
@@ -192,7 +183,8 @@ TEST_CASE("a request of another version, or with other settings, is rejected wit
     });
     rdx::connection conn(pd, {.recv_depth = 16});
     std::string what;
-    const std::error_code ec = code_of([&] { (void)rdx::cm::connect(conn, addr, port); }, &what);
+    const std::error_code ec =
+        channel_test::code_of([&] { (void)rdx::cm::connect(conn, addr, port); }, &what);
     server.join();
     rethrow(srv);
     std::printf("cm: settings: client: %s\ncm: settings: server: %s\n", what.c_str(), srv.text.c_str());
@@ -213,13 +205,15 @@ TEST_CASE("bad input is refused before anything is sent", "[cm]") {
   const rdx::grant<std::uint64_t, rights::write> ga(conn, a), gb(conn, b);
   const rdx::window_descriptor two[] = {ga.descriptor(), gb.descriptor()};
   std::string what;
-  CHECK(code_of([&] { (void)rdx::cm::connect(conn, addr, 1, two); }, &what) == rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn, addr, 1, two); }, &what) ==
+        rdx::errc::invalid_argument);
   CHECK(what.find("at most 1") != std::string::npos);
   const std::vector<std::byte> big(57);
-  CHECK(code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, 1, big); }) == rdx::errc::invalid_argument);
-  CHECK(code_of([&] { (void)rdx::cm::connect(conn, "no-such-host.invalid", 1); }) ==
+  CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn.qp(0), addr, 1, big); }) ==
+        rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn, "no-such-host.invalid", 1); }) ==
         rdx::errc::address_error);
-  CHECK(code_of([&] { (void)rdx::cm::connect(conn, addr, 1, {}, {.qp = {.timeout = 0}}); }) ==
+  CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn, addr, 1, {}, {.qp = {.timeout = 0}}); }) ==
         rdx::errc::invalid_argument);
 }
 

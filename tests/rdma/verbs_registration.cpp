@@ -86,16 +86,6 @@ bool fd_open(int fd) {
   return ::fcntl(fd, F_GETFD) != -1;
 }
 
-std::error_code code_of(const std::function<void()>& f, std::string* what = nullptr) {
-  try {
-    f();
-  } catch (const rdx::error& e) {
-    if (what != nullptr) *what = e.what();
-    return e.code();
-  }
-  return {};
-}
-
 }  // namespace
 
 TEST_CASE("a dma-buf from another exporter registers through memory_region, or says why not", "[dmabuf]") {
@@ -105,7 +95,7 @@ TEST_CASE("a dma-buf from another exporter registers through memory_region, or s
   const rdx::dma_buf buf = rdx::dma_buf::borrow(fd);
   REQUIRE(buf.size() >= 64 * 1024);
   std::string what;
-  const std::error_code ec = code_of(
+  const std::error_code ec = channel_test::code_of(
       [&] {
         const rdx::memory_region mr(pd, buf, 0, 64 * 1024, 0x10000, rdx::access::local_write);
         // A device that imports dma-buf: the region covers the iova.
@@ -131,13 +121,15 @@ TEST_CASE("a dma-buf range outside the buffer is refused before the device sees 
   const rdx::dma_buf buf = rdx::dma_buf::own(fd);
   const std::size_t size = buf.size();
   std::string what;
-  CHECK(code_of([&] { (void)rdx::memory_region(pd, buf, 0, size + 1, 0); }, &what) ==
+  CHECK(channel_test::code_of([&] { (void)rdx::memory_region(pd, buf, 0, size + 1, 0); }, &what) ==
         rdx::errc::invalid_argument);
   CHECK(what.find("reaches past its end") != std::string::npos);
-  CHECK(code_of([&] { (void)rdx::memory_region(pd, buf, size, 1, 0); }) == rdx::errc::invalid_argument);
-  CHECK(code_of([&] { (void)rdx::memory_region(pd, buf, 4096, 0, 0); }) == rdx::errc::invalid_argument);
-  CHECK(code_of([] { (void)rdx::dma_buf::own(-1); }) == rdx::errc::invalid_argument);
-  CHECK(code_of([] { (void)rdx::dma_buf::borrow(-3); }) == rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([&] { (void)rdx::memory_region(pd, buf, size, 1, 0); }) ==
+        rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([&] { (void)rdx::memory_region(pd, buf, 4096, 0, 0); }) ==
+        rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([] { (void)rdx::dma_buf::own(-1); }) == rdx::errc::invalid_argument);
+  CHECK(channel_test::code_of([] { (void)rdx::dma_buf::borrow(-3); }) == rdx::errc::invalid_argument);
 }
 
 TEST_CASE("an owned dma-buf descriptor is closed once, a borrowed one never", "[dmabuf]") {

@@ -91,14 +91,7 @@ struct setup {
       return;
     }
     if (cm) {
-      for (auto until = clk::now() + 60s;; std::this_thread::sleep_for(200ms)) {
-        try {
-          offer = rdx::cm::connect(conn, peer, port, {});
-          break;
-        } catch (const rdx::error& e) {
-          if (e.code() != std::errc::connection_refused || clk::now() > until) throw;
-        }
-      }
+      offer = rdx::cm::connect(conn, peer, port, {}, {.timeout = 60s, .wait_for_listener = true});
       sock = rdx::tcp::connect(peer, port + 1, 60s);
       return;
     }

@@ -128,53 +128,56 @@ inline void check_settings(const connection& c, const hello& h, const std::strin
 //! @throws rdx::error naming the peer: errc::address_error, errc::unreachable,
 //! std::errc::connection_refused (nothing listens), errc::rejected (the server
 //! refused: its reason is in the message), errc::wire_format (a reply that is not rdx's or disagrees),
-//! errc::timed_out at o.timeout; c is then not connected.
+//! errc::timed_out at o.timeout; c is then not connected. With
+//! o.wait_for_listener a refused attempt is tried again until o.timeout.
 inline peer_offer connect(connection& c, std::string_view host, std::uint16_t port,
                           std::span<const window_descriptor> grants = {}, const options& o = {}) {
   rdx::detail::check_connect_options(o.qp);
   detail::check_grants("cm::connect", c, grants, message_kind::request);
   const std::uint32_t k = c.queue_pair_count();
   if (k > max_queue_pairs) throw error(errc::invalid_argument, "cm::connect: more than 64 queue pairs");
-  std::uint32_t tag = 0;
-  rdx::detail::os_random(&tag, sizeof tag);
-  const connection_info mine = c.local_info();
-  detail::dialer d(host, port, k, o);
-  for (std::uint32_t i = 0; i < k; ++i) {
-    const auto i8 = static_cast<std::uint8_t>(i);
-    d.request(i, c.qp(i), encode_hello(detail::hello_for(message_kind::request, i8, c, mine, tag, grants)),
-              o.qp);
-  }
-  std::vector<event> replies = d.responses();
-  std::vector<hello> got;
-  std::vector<std::uint32_t> qpns;
-  std::vector<std::vector<std::uint32_t>> keys;
-  for (std::uint32_t i = 0; i < k; ++i) {
-    hello h = [&] {
-      try {
-        return decode_hello(replies[i].private_data, message_kind::reply);
-      } catch (const error& x) {
-        throw error(x.code(), "cm::connect to " + d.peer() + ": " + x.what());
-      }
-    }();
-    if (h.qp_index != i || h.qp_count != k || h.tag != tag) {
-      throw error(errc::wire_format, "cm::connect to " + d.peer() + ": reply " + std::to_string(i) +
-                                         " names queue pair " + std::to_string(h.qp_index) + " of " +
-                                         std::to_string(h.qp_count) + " with another tag or count");
+  return detail::retry_while_refused(o, [&](const options& attempt) {
+    std::uint32_t tag = 0;
+    rdx::detail::os_random(&tag, sizeof tag);
+    const connection_info mine = c.local_info();
+    detail::dialer d(host, port, k, attempt);
+    for (std::uint32_t i = 0; i < k; ++i) {
+      const auto i8 = static_cast<std::uint8_t>(i);
+      d.request(i, c.qp(i), encode_hello(detail::hello_for(message_kind::request, i8, c, mine, tag, grants)),
+                attempt.qp);
     }
-    qpns.push_back(replies[i].qp_num);
-    if (i > 0) keys.push_back(h.keys);
-    got.push_back(std::move(h));
-  }
-  std::string why;
-  detail::check_settings(c, got[0], d.peer(), why);
-  if (!why.empty()) throw error(errc::invalid_argument, "cm::connect: " + why);
-  peer_offer offer = detail::offer_of(got[0], keys, qpns, d.peer());
-  rdx::detail::engine& e = rdx::detail::start_access::of(c);
-  e.connect_with(offer.info, o.qp, [&](std::size_t i, queue_pair& qp, const connect_options& oo) {
-    detail::connect_qp(d.id_of(i), qp, oo);
+    std::vector<event> replies = d.responses();
+    std::vector<hello> got;
+    std::vector<std::uint32_t> qpns;
+    std::vector<std::vector<std::uint32_t>> keys;
+    for (std::uint32_t i = 0; i < k; ++i) {
+      hello h = [&] {
+        try {
+          return decode_hello(replies[i].private_data, message_kind::reply);
+        } catch (const error& x) {
+          throw error(x.code(), "cm::connect to " + d.peer() + ": " + x.what());
+        }
+      }();
+      if (h.qp_index != i || h.qp_count != k || h.tag != tag) {
+        throw error(errc::wire_format, "cm::connect to " + d.peer() + ": reply " + std::to_string(i) +
+                                           " names queue pair " + std::to_string(h.qp_index) + " of " +
+                                           std::to_string(h.qp_count) + " with another tag or count");
+      }
+      qpns.push_back(replies[i].qp_num);
+      if (i > 0) keys.push_back(h.keys);
+      got.push_back(std::move(h));
+    }
+    std::string why;
+    detail::check_settings(c, got[0], d.peer(), why);
+    if (!why.empty()) throw error(errc::invalid_argument, "cm::connect: " + why);
+    peer_offer offer = detail::offer_of(got[0], keys, qpns, d.peer());
+    rdx::detail::engine& e = rdx::detail::start_access::of(c);
+    e.connect_with(offer.info, attempt.qp, [&](std::size_t i, queue_pair& qp, const connect_options& oo) {
+      detail::connect_qp(d.id_of(i), qp, oo);
+    });
+    e.attach_link(std::make_unique<link>(d.establish(std::move(replies[0].private_data))));
+    return offer;
   });
-  e.attach_link(std::make_unique<link>(d.establish(std::move(replies[0].private_data))));
-  return offer;
 }
 
 //! Accepts an rdx peer's request onto c (same queue pairs, recv_depth and

@@ -24,9 +24,10 @@ namespace rdx::cm {
 
 namespace detail {
 
+//! rdx::detail::throw_errno with this thread's errno (EIO where it is 0).
 [[noreturn]] inline void fail_errno(const std::string& what) {
   const int e = errno;
-  throw error(std::error_code(e != 0 ? e : EIO, std::generic_category()), what);
+  rdx::detail::throw_errno(what, {}, e != 0 ? e : EIO);
 }
 
 using rdx::detail::address_text;

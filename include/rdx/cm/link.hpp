@@ -24,6 +24,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace rdx::cm {
@@ -33,9 +35,35 @@ struct options {
   //! The whole set-up (resolution, request, reply, establishment), not each step.
   std::chrono::milliseconds timeout{10000};
   connect_options qp{};  //!< timeout, retries and RNR settings of the queue pairs
+  //! A client tries again every 200 ms while nothing listens at the server
+  //! yet (it may start a moment after the client), within timeout as a whole,
+  //! as tcp::connect does; false: the first std::errc::connection_refused ends it.
+  bool wait_for_listener = false;
 };
 
 namespace detail {
+
+//! attempt(o) once, or with o.wait_for_listener again every 200 ms while it
+//! ends in std::errc::connection_refused, each time with what is left of o.timeout.
+template <class F>
+auto retry_while_refused(const options& o, F&& attempt) {
+  if (!o.wait_for_listener) return attempt(o);
+  const auto deadline = clock::now() + o.timeout;
+  for (;;) {
+    options left = o;
+    left.timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
+                            std::chrono::milliseconds{1});
+    try {
+      return attempt(left);
+    } catch (const error& e) {
+      if (e.code() != std::errc::connection_refused ||
+          clock::now() + std::chrono::milliseconds(200) >= deadline) {
+        throw;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
 
 // IB CM reject reasons a user meets (IBTA 12.6.7.2).
 inline constexpr int rej_invalid_service_id = 8;
@@ -328,7 +356,8 @@ private:
 //! link::peer_private_data(). @throws rdx::error: errc::address_error,
 //! errc::unreachable, std::errc::connection_refused (nothing listens),
 //! errc::rejected (the server refused),
-//! errc::timed_out at o.timeout; each names the peer.
+//! errc::timed_out at o.timeout; each names the peer. With o.wait_for_listener
+//! a refused attempt is tried again until o.timeout.
 [[nodiscard]] inline link connect(queue_pair& qp, std::string_view host, std::uint16_t port,
                                   std::span<const std::byte> private_data = {}, const options& o = {}) {
   rdx::detail::check_connect_options(o.qp);
@@ -337,11 +366,13 @@ private:
                                             " bytes of private data, a request carries at most " +
                                             std::to_string(request_capacity));
   }
-  detail::dialer d(host, port, 1, o);
-  d.request(0, qp, private_data, o.qp);
-  std::vector<event> r = d.responses();
-  detail::connect_qp(d.id_of(0), qp, o.qp);
-  return d.establish(std::move(r[0].private_data));
+  return detail::retry_while_refused(o, [&](const options& attempt) {
+    detail::dialer d(host, port, 1, attempt);
+    d.request(0, qp, private_data, attempt.qp);
+    std::vector<event> r = d.responses();
+    detail::connect_qp(d.id_of(0), qp, attempt.qp);
+    return d.establish(std::move(r[0].private_data));
+  });
 }
 
 }  // namespace rdx::cm

@@ -190,6 +190,7 @@ private:
   struct part {
     id id_;
     event ev;
+    std::optional<hello> h;  // decoded once, in arrived(); empty for a foreign peer
   };
   struct group {
     std::uint32_t tag = 0;
@@ -211,7 +212,7 @@ private:
     id child = id::from_native_handle(e.id);
     const std::string peer = child.peer();
     if (!is_rdx(e.private_data)) {
-      ready_.push_back(make_request(one(std::move(child), std::move(e)), peer));
+      ready_.push_back(make_request(one(std::move(child), std::move(e), std::nullopt), peer));
       return;
     }
     hello h;
@@ -224,7 +225,7 @@ private:
       return;
     }
     if (h.qp_count == 1) {
-      ready_.push_back(make_request(one(std::move(child), std::move(e)), peer));
+      ready_.push_back(make_request(one(std::move(child), std::move(e), std::move(h)), peer));
       return;
     }
     const std::string host = host_of(peer);
@@ -240,7 +241,8 @@ private:
                  " conflicts with an earlier one");
       return;
     }
-    g->parts[h.qp_index].emplace(part{std::move(child), std::move(e)});
+    const std::uint8_t index = h.qp_index;
+    g->parts[index].emplace(part{std::move(child), std::move(e), std::move(h)});
     if (std::all_of(g->parts.begin(), g->parts.end(), [](const auto& p) { return p.has_value(); })) {
       std::vector<part> ps;
       for (auto& p : g->parts) ps.push_back(std::move(*p));
@@ -250,9 +252,9 @@ private:
     }
   }
 
-  static std::vector<part> one(id i, event e) {
+  static std::vector<part> one(id i, event e, std::optional<hello> h) {
     std::vector<part> v;
-    v.push_back(part{std::move(i), std::move(e)});
+    v.push_back(part{std::move(i), std::move(e), std::move(h)});
     return v;
   }
 
@@ -260,12 +262,11 @@ private:
     request r;
     r.peer_ = peer;
     r.data_ = ps[0].ev.private_data;
-    if (is_rdx(r.data_)) r.hello_ = decode_hello(r.data_, message_kind::request);
+    r.hello_ = std::move(ps[0].h);
     for (auto& p : ps) {
       p.id_.migrate(r.ch_);
       r.peer_qpns_.push_back(p.ev.qp_num);
-      if (r.hello_ && !r.ids_.empty())
-        r.keys_.push_back(decode_hello(p.ev.private_data, message_kind::request).keys);
+      if (r.hello_ && !r.ids_.empty()) r.keys_.push_back(std::move(p.h->keys));
       r.ids_.push_back(std::move(p.id_));
     }
     return r;
