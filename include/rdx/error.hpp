@@ -126,6 +126,12 @@ public:
 };
 
 namespace detail {
+//! The pointer to rdx-doctor that bring-up errors end with: the doctor's
+//! checks (comma-separated names, as `rdx-doctor --check` takes them) that
+//! confirm or rule out the likely cause on this host.
+inline std::string doctor_hint(std::string_view checks) {
+  return "; `rdx-doctor --check " + std::string(checks) + "` checks this host";
+}
 //! Throws rdx::error for a failed verb: "verb on object: strerror(err)".
 [[noreturn]] inline void throw_errno(std::string_view verb, std::string_view object, int err) {
   std::string w(verb);

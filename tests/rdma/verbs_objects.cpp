@@ -80,7 +80,8 @@ TEST_CASE("a bad device name is rejected, listing the devices present") {
   leak_guard guard(dev);
   auto e = expect_error([] { (void)rdx::context::open("no_such_dev9"); });
   CHECK(e.code() == rdx::errc::no_device);
-  CHECK_THAT(e.what(), Catch::Contains("no_such_dev9") && Catch::Contains("devices present"));
+  CHECK_THAT(e.what(), Catch::Contains("no_such_dev9") && Catch::Contains("devices present") &&
+                           Catch::Contains("rdx-doctor --check devices"));
   auto n = expect_error([] { (void)rdx::context::open_netdev("nonet9"); });
   CHECK(n.code() == rdx::errc::no_device);
   CHECK_THAT(n.what(), Catch::Contains("nonet9"));

@@ -202,4 +202,5 @@ TEST_CASE("a registration over the locked-memory limit names the limit and the f
   CHECK(got.find("RLIMIT_MEMLOCK, ulimit -l) is 64 KiB") != std::string::npos);
   CHECK(got.find("1 MiB here") != std::string::npos);
   CHECK(got.find("ulimit -l unlimited") != std::string::npos);
+  CHECK(got.find("rdx-doctor --check memlock") != std::string::npos);
 }

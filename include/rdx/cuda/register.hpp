@@ -202,7 +202,8 @@ inline ibv_mr* register_peermem(ibv_pd* pd, void* ptr, std::size_t bytes, int ri
        "one),"
        " rdma-core 34 or later and the NVIDIA open kernel modules;"
        " for peermem, `modprobe nvidia_peermem`;"
-       " or move the bytes through rdx::cuda::staging_pipeline (gpu_path::staged)";
+       " or move the bytes through rdx::cuda::staging_pipeline (gpu_path::staged)" +
+       rdx::detail::doctor_hint("gpu");
   rdx::detail::throw_rdx(errc::unsupported, w);
 }
 }  // namespace detail

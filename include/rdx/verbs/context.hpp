@@ -1,11 +1,11 @@
 // rdx: an open RDMA device (ibv_context), chosen by name, netdev or default.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/env.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/device_list.hpp>
+#include <rdx/verbs/endpoint.hpp>
 
 #include <infiniband/verbs.h>
 
@@ -100,7 +100,12 @@ public:
     detail::refuse_null(dev, "context(ibv_device*)");
     ibv_context* c = ::ibv_open_device(dev);
     if (c == nullptr) {
-      detail::throw_errno("ibv_open_device", device_name(dev), errno ? errno : ENODEV);
+      detail::throw_errno("ibv_open_device",
+                          std::string(device_name(dev)) +
+                              " (its kernel driver may be unloaded, or /dev/infiniband absent or not "
+                              "readable in this container)" +
+                              detail::doctor_hint("devices"),
+                          errno ? errno : ENODEV);
     }
     h_ = detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device");
   }
@@ -112,7 +117,8 @@ public:
     ibv_device* d = list.find(name);
     if (d == nullptr) {
       detail::throw_rdx(errc::no_device, "RDMA device \"" + std::string(name) +
-                                             "\" not found (devices present: " + list.names() + ")");
+                                             "\" not found (devices present: " + list.names() + ")" +
+                                             detail::doctor_hint("devices"));
     }
     return context(d);
   }
@@ -133,7 +139,8 @@ public:
       }
     }
     detail::throw_rdx(errc::no_device, "no RDMA device is bound to network interface \"" + nd +
-                                           "\" (devices present: " + list.names() + ")");
+                                           "\" (devices present: " + list.names() + ")" +
+                                           detail::doctor_hint("devices"));
   }
 
   //! Opens RDX_DEVICE if set, else the first device with an ACTIVE port.
@@ -155,7 +162,8 @@ public:
       seen += std::string(device_name(d)) + " (no ACTIVE port)";
     }
     detail::throw_rdx(errc::no_device, "no RDMA device with an ACTIVE port (devices present: " +
-                                           (seen.empty() ? std::string("none") : seen) + ")");
+                                           (seen.empty() ? std::string("none") : seen) + ")" +
+                                           detail::doctor_hint("devices"));
   }
 
   //! Takes ownership of an open ibv_context. @throws rdx::error on nullptr.

@@ -110,13 +110,14 @@ inline std::string bytes_text(std::uint64_t n) {
 inline std::string registration_hint(int err, std::size_t length) {
   if (err != ENOMEM && err != EPERM) return {};
   rlimit l{};
-  if (::getrlimit(RLIMIT_MEMLOCK, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return {};
+  if (::getrlimit(RLIMIT_MEMLOCK, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return doctor_hint("memlock");
   return "; the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is " + bytes_text(l.rlim_cur) +
          " and a registration pins what it covers (" + bytes_text(length) +
          " here, plus what this process has registered already) unless the process has CAP_IPC_LOCK: raise "
          "it "
          "(ulimit -l unlimited; systemd LimitMEMLOCK=infinity; docker run --ulimit memlock=-1; "
-         "/etc/security/limits.conf memlock)";
+         "/etc/security/limits.conf memlock)" +
+         doctor_hint("memlock");
 }
 
 }  // namespace detail
@@ -181,7 +182,8 @@ public:
                         " from its provider library or kernel driver; rdma-core 34 and kernel 5.12 are "
                         "needed too, and Soft-RoCE and siw never can): register host memory instead and "
                         "stage through it (rdx::cuda::gpu_region does for GPU memory), or use a NIC whose "
-                        "driver imports dma-buf (mlx5)");
+                        "driver imports dma-buf (mlx5)" +
+                        detail::doctor_hint("devices,gpu"));
       }
       detail::throw_errno("ibv_reg_dmabuf_mr", what + " on " + dev + detail::registration_hint(err, length),
                           err);

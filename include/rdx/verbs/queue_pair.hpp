@@ -428,10 +428,25 @@ private:
     }
     return 0;
   }
+  // The likely causes of a failed transition, and the doctor's checks for them.
+  static std::string modify_hint(std::string_view target) {
+    if (target == "RTR") {
+      return "; at RTR the usual causes are a GID index that is not a RoCE v2 entry of this port or "
+             "not on the peer's subnet, a path MTU above the port's active MTU, or a peer's QP number, "
+             "LID or GID from another port" +
+             detail::doctor_hint("gid,mtu") + ", and `rdx-doctor --peer HOST` compares both sides";
+    }
+    if (target == "RTS") {
+      return "; at RTS the usual cause is a timeout, retry count or rnr retry outside what the device "
+             "takes" +
+             detail::doctor_hint("ports");
+    }
+    return detail::doctor_hint("ports");
+  }
   void modify(ibv_qp_attr& a, int mask, const char* target) {
     if (int rc = ::ibv_modify_qp(h_.get(), &a, mask); rc != 0) {
       detail::throw_errno(std::string("ibv_modify_qp(") + target + ")",
-                          name() + " in " + std::string(to_string(state_)), rc);
+                          name() + " in " + std::string(to_string(state_)) + modify_hint(target), rc);
     }
     state_ = static_cast<qp_state>(a.qp_state);
   }
