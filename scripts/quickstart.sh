@@ -33,7 +33,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib
   libibverbs-dev librdmacm-dev libssl-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev doxygen
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <system_error>
 
+//! rdx: owners of the verbs objects, typed work requests, and connections with typed
+//! channels and remote windows (the core, which needs only libibverbs).
 namespace rdx {
 
 //! Library errors that are not an errno: bad arguments caught before the NIC.

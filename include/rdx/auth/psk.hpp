@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+//! Authentication of set-up with a pre-shared key (target rdx::auth, OpenSSL's libcrypto).
 namespace rdx::auth {
 
 //! Shortest key accepted, in bytes.

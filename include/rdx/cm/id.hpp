@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+//! Connections set up through librdmacm (target rdx::cm).
 namespace rdx::cm {
 
 namespace detail {

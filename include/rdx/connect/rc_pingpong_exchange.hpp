@@ -36,6 +36,7 @@
 #include <string>
 #include <utility>
 
+//! The endpoint exchange of rdma-core's ibv_rc_pingpong, in either role.
 namespace rdx::rc_pingpong {
 
 //! Size of one address message, its terminating NUL included.

@@ -32,6 +32,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+//! A small blocking TCP bootstrap that exchanges endpoints before RDMA traffic starts; every step
+//! has a deadline.
 namespace rdx::tcp {
 
 using clock = std::chrono::steady_clock;

@@ -39,6 +39,8 @@
 #include <string>
 #include <vector>
 
+//! The endpoint wire format: one versioned, big-endian message that carries an endpoint and its
+//! remote memory descriptors, decoded with every field checked.
 namespace rdx::wire {
 
 inline constexpr std::uint32_t magic = 0x52445845;  // "RDXE"

@@ -19,6 +19,8 @@
 #include <string_view>
 #include <system_error>
 
+//! GPU memory for RDMA: CUDA buffers, GPUDirect registration, host staging and topology (target
+//! rdx::cuda).
 namespace rdx::cuda {
 
 namespace detail {

@@ -13,6 +13,8 @@ namespace rdx::cuda {
 //! Makes a device current for a scope and restores the previous one.
 class device_guard {
 public:
+  //! Makes device current, if it is not already, until the guard is destroyed.
+  //! @throws rdx::cuda::cuda_error when cudaGetDevice or cudaSetDevice fails
   explicit device_guard(int device) {
     RDX_CUDA_TRY(cudaGetDevice(&previous_));
     if (device != previous_) {
@@ -149,7 +151,9 @@ public:
     }
     return device_buffer(p, count, device);
   }
+  //! Takes o's memory; o is left empty.
   device_buffer(device_buffer&& o) noexcept = default;
+  //! Frees this buffer's memory, then takes o's; o is left empty.
   device_buffer& operator=(device_buffer&& o) noexcept = default;
 
   // data() is a device pointer: never dereference it on the host.
@@ -185,12 +189,18 @@ public:
     }
     return pinned_buffer(p, count);
   }
+  //! Takes o's memory; o is left empty.
   pinned_buffer(pinned_buffer&& o) noexcept = default;
+  //! Frees this buffer's memory, then takes o's; o is left empty.
   pinned_buffer& operator=(pinned_buffer&& o) noexcept = default;
 
+  //! Element i, read or written on the host; not bounds-checked.
   [[nodiscard]] T& operator[](std::size_t i) const noexcept { return this->data()[i]; }
+  //! The first element (host pointer).
   [[nodiscard]] T* begin() const noexcept { return this->data(); }
+  //! One past the last element.
   [[nodiscard]] T* end() const noexcept { return this->data() + this->size(); }
+  //! All elements as a host span.
   [[nodiscard]] std::span<T> span() const noexcept { return {this->data(), this->size()}; }
 
 private:
@@ -212,6 +222,8 @@ public:
   explicit stream(unsigned flags = cudaStreamNonBlocking) {
     RDX_CUDA_TRY(cudaStreamCreateWithFlags(s_.out(), flags));
   }
+  //! Takes ownership of a stream from cudaStreamCreate*.
+  //! @throws rdx::error (errc::invalid_argument) for nullptr: the legacy default stream is not owned
   [[nodiscard]] static stream from_native_handle(cudaStream_t s) {
     if (s == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "stream::from_native_handle: nullptr");
@@ -219,7 +231,9 @@ public:
     return stream(s, adopt_tag{});
   }
 
+  //! The cudaStream_t, still owned by this object.
   [[nodiscard]] cudaStream_t native_handle() const noexcept { return s_.get(); }
+  //! Gives up ownership; the caller destroys the stream (cudaStreamDestroy).
   [[nodiscard]] cudaStream_t release() noexcept { return s_.release(); }
   //! Blocks until all work queued so far has finished.
   void synchronize() const { RDX_CUDA_TRY(cudaStreamSynchronize(s_.get())); }
@@ -236,12 +250,15 @@ private:
 //! to record and to wait for.
 class event {
 public:
+  //! Whether an event records a timestamp, which elapsed_ms() needs.
   enum class timing : bool { off = false, on = true };
 
   //! @throws rdx::cuda::cuda_error when cudaEventCreateWithFlags fails
   explicit event(timing t = timing::off) {
     RDX_CUDA_TRY(cudaEventCreateWithFlags(e_.out(), t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
   }
+  //! Takes ownership of an event from cudaEventCreate*.
+  //! @throws rdx::error (errc::invalid_argument) for nullptr
   [[nodiscard]] static event from_native_handle(cudaEvent_t e) {
     if (e == nullptr) {
       rdx::detail::throw_rdx(errc::invalid_argument, "event::from_native_handle: nullptr");
@@ -249,11 +266,17 @@ public:
     return event(e, adopt_tag{});
   }
 
+  //! The cudaEvent_t, still owned by this object.
   [[nodiscard]] cudaEvent_t native_handle() const noexcept { return e_.get(); }
+  //! Gives up ownership; the caller destroys the event (cudaEventDestroy).
   [[nodiscard]] cudaEvent_t release() noexcept { return e_.release(); }
+  //! Records the event on s: it completes once the work queued on s so far has.
   void record(const stream& s) { RDX_CUDA_TRY(cudaEventRecord(e_.get(), s.native_handle())); }
+  //! Records the event on a stream this object does not own (nullptr: the legacy default stream).
   void record(cudaStream_t s) { RDX_CUDA_TRY(cudaEventRecord(e_.get(), s)); }
+  //! Blocks until the work before the last record() has finished.
   void synchronize() const { RDX_CUDA_TRY(cudaEventSynchronize(e_.get())); }
+  //! True when the work before the last record() has finished, or when the event was never recorded.
   [[nodiscard]] bool ready() const { return detail::query_ready(cudaEventQuery(e_.get()), "cudaEventQuery"); }
   //! Milliseconds between two recorded timing events.
   [[nodiscard]] static float elapsed_ms(const event& start, const event& stop) {
