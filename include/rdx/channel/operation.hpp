@@ -133,7 +133,11 @@ class operation {
 public:
   //! An empty operation: not started, never done; wait() says errc::not_ready.
   operation() noexcept = default;
+  //! Takes over o, pending or not, re-pointing the engine's records at this object; o is left
+  //! empty. Not while a coroutine awaits o.
   operation(operation&& o) noexcept;
+  //! Ends this operation as destruction does (a pending one is withdrawn or detached), then
+  //! takes over o as the move constructor does.
   operation& operator=(operation&& o) noexcept;
   operation(const operation&) = delete;
   operation& operator=(const operation&) = delete;
@@ -145,6 +149,7 @@ public:
   //! posting, a cancellation or a closed connection; an ibv_wc_status
   //! (wc_category, with a hint) when the NIC reported one. Meaningful once done().
   [[nodiscard]] std::error_code error() const noexcept { return ec_; }
+  //! True when done() without an error.
   [[nodiscard]] bool ok() const noexcept { return done_ && !ec_; }
   //! Bytes received (receives and notifications).
   [[nodiscard]] std::uint32_t byte_count() const noexcept { return bytes_; }
@@ -172,18 +177,20 @@ public:
   //! @return true when it was pending.
   bool cancel() noexcept;
 
-  // Awaitable: the coroutine resumes inline in whichever call polls the
-  // connection (wait, test, progress, wait_event) when the operation ends.
+  //! co_await: ready at once when done, or when empty (await_resume() then says errc::not_ready).
   [[nodiscard]] bool await_ready() const noexcept { return done_ || conn_ == nullptr; }
+  //! co_await: the coroutine resumes inline in whichever call polls the connection (wait, test,
+  //! progress, wait_event) when the operation ends.
   void await_suspend(std::coroutine_handle<> h) noexcept;
+  //! co_await's result: error(), or errc::not_ready for an empty operation.
   [[nodiscard]] std::error_code await_resume() const noexcept {
     return conn_ == nullptr && !done_ ? make_error_code(errc::not_ready) : ec_;
   }
 
+  class bounded;
   //! co_await op.until(deadline, token): ends the operation with
   //! errc::timed_out at the deadline, or errc::operation_canceled when token
   //! is stopped (from any thread), whichever comes first.
-  class bounded;
   [[nodiscard]] inline bounded until(std::chrono::steady_clock::time_point deadline,
                                      std::stop_token token = {}) noexcept;
   //! co_await op.within(timeout, token): until(now + timeout, token).
@@ -194,6 +201,7 @@ public:
 protected:
   //! For derived operations that keep their result inside (receive_operation).
   [[nodiscard]] std::byte* destination() const noexcept { return dst_; }
+  //! Points a receive's destination at d (a derived operation's own storage, after a move).
   void set_destination(std::byte* d) noexcept { dst_ = d; }
 
 private:
@@ -228,6 +236,8 @@ private:
 class operation::bounded : public detail::bounded_awaiter_base {
 public:
   using detail::bounded_awaiter_base::bounded_awaiter_base;
+  //! Drops the deadline and the stop callback, then gives the operation's error() (errc::timed_out
+  //! or errc::operation_canceled when the bound ended it).
   [[nodiscard]] std::error_code await_resume() noexcept {
     finish();
     return op_->await_resume();

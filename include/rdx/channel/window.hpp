@@ -26,6 +26,7 @@ namespace rdx {
 //! Remote rights of a window.
 enum class rights : unsigned { none = 0, read = 1, write = 2, atomic = 4 };
 
+//! The union of two sets of rights.
 [[nodiscard]] constexpr rights operator|(rights a, rights b) noexcept {
   return static_cast<rights>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
@@ -49,6 +50,7 @@ enum class rights : unsigned { none = 0, read = 1, write = 2, atomic = 4 };
   if (has(a, access::remote_atomic)) r |= static_cast<unsigned>(rights::atomic);
   return static_cast<rights>(r);
 }
+//! The rights in words: "read", "write|atomic", ..., or "none".
 [[nodiscard]] inline std::string to_string(rights r) {
   if (r == rights::none) return "none";
   std::string s;
@@ -64,6 +66,7 @@ enum class rights : unsigned { none = 0, read = 1, write = 2, atomic = 4 };
 template <class T>
 class local_span {
 public:
+  //! The element type; const T for a source that is only read.
   using element_type = T;
   local_span() = default;
   //! All of a registered buffer.
@@ -90,12 +93,19 @@ public:
     if (count > size_ - offset) count = size_ - offset;
     return local_span(data_ + offset, count, lkey_);
   }
+  //! The first element.
   [[nodiscard]] T* data() const noexcept { return data_; }
+  //! Number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  //! Bytes: size() * sizeof(T).
   [[nodiscard]] std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  //! True when the span has no elements.
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  //! The lkey of the registration that covers the elements.
   [[nodiscard]] std::uint32_t lkey() const noexcept { return lkey_; }
+  //! The same elements as a std::span.
   [[nodiscard]] std::span<T> span() const noexcept { return {data_, size_}; }
+  //! Element i; not bounds-checked.
   [[nodiscard]] T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
 private:
@@ -112,18 +122,19 @@ private:
 //! the key for each queue pair of the granting connection.
 struct window_descriptor {
   remote_descriptor memory{};  //!< memory.rkey: the key on queue pair 0
-  rights granted = rights::none;
-  std::uint32_t element_size = 0;
+  rights granted = rights::none;   //!< what the peer may do; a remote_window needs all of its rights
+  std::uint32_t element_size = 0;  //!< sizeof(T) on the granting side
   //! The key on each queue pair, in order (empty: memory.rkey on all).
   std::vector<std::uint32_t> keys{};
+  //! Field-wise equality.
   friend bool operator==(const window_descriptor&, const window_descriptor&) = default;
 };
 
 //! What the peer offered when connecting (over TCP or rdma_cm): its
 //! connection and its window grants, in its order.
 struct peer_offer {
-  connection_info info;
-  std::vector<window_descriptor> windows;
+  connection_info info;                    //!< the peer's queue pairs, credit word and buffer settings
+  std::vector<window_descriptor> windows;  //!< the peer's grants, in its order
 };
 
 //! A grant on one connection: elements of T in a registered region that the
@@ -138,6 +149,11 @@ struct peer_offer {
 //! revoke() or destruction invalidates the keys before it returns; destroying
 //! the connection revokes its grants first. Move-only. Threading: its
 //! connection's (one thread at a time).
+//!
+//! From its internal base it also has revoked() (true once revoked, or once the
+//! connection is destroyed), backing() (memory_window or exact_registration),
+//! keys() (the peer's key on each queue pair, in order) and description() (the
+//! backing in words, for logs).
 template <class T, rights R>
 requires registrable<T>
 class grant : private detail::grant_base {
@@ -154,6 +170,8 @@ public:
   //! All of a registered buffer.
   grant(connection& c, const registered_buffer<T>& b, grant_options opt = {})
       : grant(c, b.region(), std::span<T>(const_cast<T*>(b.data()), b.size()), opt) {}
+  //! Takes over o's keys and its place in the connection's list; o is left revoked, owning
+  //! nothing.
   grant(grant&&) noexcept = default;
   grant& operator=(grant&&) = delete;
   ~grant() = default;
@@ -176,7 +194,9 @@ public:
   using grant_base::revoked;
   //! The same memory, for local use (a source or destination of operations).
   [[nodiscard]] local_span<T> local() const noexcept { return local_; }
+  //! The granted elements.
   [[nodiscard]] std::span<T> span() const noexcept { return local_.span(); }
+  //! Number of granted elements.
   [[nodiscard]] std::size_t size() const noexcept { return local_.size(); }
 
 private:
@@ -237,8 +257,11 @@ public:
     count_ = d.memory.length / sizeof(T);
   }
 
+  //! Number of elements of T the peer granted.
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  //! The peer's descriptor the window was built from.
   [[nodiscard]] const window_descriptor& descriptor() const noexcept { return d_; }
+  //! The connection the window is reached over.
   [[nodiscard]] connection& conn() const noexcept { return *conn_; }
 
   //! Whether [offset, offset + count) is a valid, non-empty range of the window.

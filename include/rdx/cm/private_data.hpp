@@ -46,17 +46,18 @@
 
 namespace rdx::cm {
 
-inline constexpr std::uint32_t private_magic = 0x5244584D;  // "RDXM"
-inline constexpr std::uint8_t private_version = 1;
-//! Private-data bytes of a connect request, reply and reject (IB CM, RDMA_PS_TCP).
+inline constexpr std::uint32_t private_magic = 0x5244584D;  //!< "RDXM", the first 4 bytes of every message
+inline constexpr std::uint8_t private_version = 1;          //!< the version this side speaks and accepts
+//! Private-data bytes of a connect request (IB CM, RDMA_PS_TCP).
 inline constexpr std::size_t request_capacity = 56;
-inline constexpr std::size_t reply_capacity = 196;
-inline constexpr std::size_t reject_capacity = 148;
-inline constexpr std::size_t hello_header_size = 12;
-inline constexpr std::size_t hello_first_size = 33;  // through the window count, queue pair 0
-inline constexpr std::size_t window_entry_size = 23;
-inline constexpr std::uint32_t max_queue_pairs = 64;
+inline constexpr std::size_t reply_capacity = 196;    //!< private-data bytes of a connect reply
+inline constexpr std::size_t reject_capacity = 148;   //!< private-data bytes of a reject
+inline constexpr std::size_t hello_header_size = 12;  //!< the header every message starts with
+inline constexpr std::size_t hello_first_size = 33;   //!< queue pair 0: through the window count
+inline constexpr std::size_t window_entry_size = 23;  //!< one window of the table
+inline constexpr std::uint32_t max_queue_pairs = 64;  //!< most queue pairs one connection sets up
 
+//! The kind byte: a connect request, a connect reply, a reject.
 enum class message_kind : std::uint8_t { request = 1, reply = 2, reject = 3 };
 
 //! Why a server refused (the reason byte of a reject).
@@ -72,37 +73,39 @@ enum class reject_reason : std::uint8_t {
 //! One window as it travels: the memory, its key on this queue pair, what
 //! the peer may do and the element size.
 struct window_entry {
-  std::uint64_t addr = 0;
-  std::uint64_t length = 0;
-  std::uint32_t key = 0;
-  std::uint8_t rights = 0;
-  std::uint16_t element_size = 0;
+  std::uint64_t addr = 0;          //!< first byte of the window in the offering side's address space
+  std::uint64_t length = 0;        //!< bytes, a whole number of elements
+  std::uint32_t key = 0;           //!< the rkey on this queue pair
+  std::uint8_t rights = 0;         //!< read 1, write 2, atomic 4, or a sum of them
+  std::uint16_t element_size = 0;  //!< bytes of one element, not 0
+  //! Field-wise equality.
   friend bool operator==(const window_entry&, const window_entry&) = default;
 };
 
 //! A request (client to server) or reply (server to client) for one queue pair.
 struct hello {
-  message_kind kind = message_kind::request;
-  std::uint8_t qp_index = 0;
-  std::uint8_t qp_count = 1;
-  std::uint32_t tag = 0;
-  // queue pair 0 only
-  std::uint32_t recv_depth = 0;
-  std::uint32_t message_size = 0;
-  std::uint32_t credit_key = 0;
-  std::uint64_t credit_addr = 0;
+  message_kind kind = message_kind::request;  //!< request or reply
+  std::uint8_t qp_index = 0;                  //!< which of the connection's queue pairs, below qp_count
+  std::uint8_t qp_count = 1;                  //!< the connection's queue pairs, 1 to max_queue_pairs
+  std::uint32_t tag = 0;           //!< random, the same in all requests of one connection; echoed by replies
+  std::uint32_t recv_depth = 0;    //!< queue pair 0 only (0 on the others): buffers in the message ring
+  std::uint32_t message_size = 0;  //!< queue pair 0 only: bytes of one message buffer
+  std::uint32_t credit_key = 0;    //!< queue pair 0 only: rkey of the credit word
+  std::uint64_t credit_addr = 0;   //!< queue pair 0 only: address of the credit word, 8-aligned
   std::vector<window_entry> windows;  //!< queue pair 0: the whole table
   std::vector<std::uint32_t> keys;    //!< queue pair i > 0: each window's key on it
+  //! Field-wise equality.
   friend bool operator==(const hello&, const hello&) = default;
 };
 
 //! A reject as rdx sends it.
 struct rejection {
   std::uint8_t version = private_version;  //!< what the rejecting side speaks
-  reject_reason reason = reject_reason::refused;
-  std::string text;
+  reject_reason reason = reject_reason::refused;  //!< why the peer refused
+  std::string text;  //!< why, in words: cut to what fits; decoded as printable ASCII, '?' for other bytes
 };
 
+//! Private-data bytes of a message of kind k: request_capacity, reply_capacity or reject_capacity.
 [[nodiscard]] constexpr std::size_t capacity_of(message_kind k) noexcept {
   return k == message_kind::request ? request_capacity
          : k == message_kind::reply ? reply_capacity

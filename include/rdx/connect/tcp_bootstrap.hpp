@@ -36,6 +36,7 @@
 //! has a deadline.
 namespace rdx::tcp {
 
+//! The clock of every bootstrap deadline.
 using clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -105,10 +106,12 @@ public:
   socket() noexcept = default;
   //! Takes ownership of a connected socket descriptor.
   explicit socket(int fd, std::string peer = {}) noexcept : fd_(fd), peer_(std::move(peer)) {}
+  //! Takes o's descriptor, peer name and recording hook; o is left closed.
   socket(socket&& o) noexcept
       : fd_(std::exchange(o.fd_, -1)),
         peer_(std::move(o.peer_)),
         recorder_(std::exchange(o.recorder_, nullptr)) {}
+  //! Closes this socket, then takes o's descriptor, peer name and hook; o is left closed.
   socket& operator=(socket&& o) noexcept {
     if (this != &o) {
       close();
@@ -122,13 +125,17 @@ public:
   socket& operator=(const socket&) = delete;
   ~socket() { close(); }
 
+  //! The descriptor, still owned (-1 when closed).
   [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  //! True while it owns a descriptor.
   [[nodiscard]] bool is_open() const noexcept { return fd_ >= 0; }
+  //! is_open().
   explicit operator bool() const noexcept { return is_open(); }
   //! The peer as "host:port", for messages.
   [[nodiscard]] const std::string& peer() const noexcept { return peer_; }
   //! Gives up ownership of the descriptor.
   [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
+  //! Closes the descriptor now (the destructor does it otherwise); a closed socket stays closed.
   void close() noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -139,12 +146,14 @@ public:
   //! because it changes no state of the connection, so set-up code that holds
   //! a const socket can hook it. `a` must outlive the hook.
   void record_with(authenticator* a) const noexcept { recorder_ = a; }
+  //! The authenticator that record_with() hooked in, or nullptr.
   [[nodiscard]] authenticator* recorder() const noexcept { return recorder_; }
 
   //! Hooks an authenticator into a socket for one scope, then restores the
   //! previous hook. A null authenticator unhooks the socket for the scope.
   class recording {
   public:
+    //! Hooks a into s (record_with(a)) until this object is destroyed.
     recording(const socket& s, authenticator* a) noexcept : s_(s), previous_(s.recorder()) {
       s.record_with(a);
     }
@@ -301,7 +310,9 @@ public:
     detail::fail_errno(last_err, w);
   }
 
+  //! Takes o's descriptor and port; o is left closed.
   listener(listener&& o) noexcept : fd_(std::exchange(o.fd_, -1)), port_(o.port_) {}
+  //! Closes this listener, then takes o's descriptor and port; o is left closed.
   listener& operator=(listener&& o) noexcept {
     if (this != &o) {
       close();
@@ -314,9 +325,11 @@ public:
   listener& operator=(const listener&) = delete;
   ~listener() { close(); }
 
+  //! The listening descriptor, still owned (-1 when closed).
   [[nodiscard]] int native_handle() const noexcept { return fd_; }
   //! The port listened on (the OS's pick when bound to port 0).
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  //! Stops listening now (the destructor does it otherwise).
   void close() noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

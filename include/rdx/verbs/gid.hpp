@@ -20,12 +20,14 @@
 
 namespace rdx {
 
+//! What a GID table entry is for: InfiniBand, or RoCE (Ethernet) v1 or v2.
 enum class gid_type : std::uint8_t {
-  ib = IBV_GID_TYPE_IB,
-  roce_v1 = IBV_GID_TYPE_ROCE_V1,
-  roce_v2 = IBV_GID_TYPE_ROCE_V2,
+  ib = IBV_GID_TYPE_IB,            //!< InfiniBand
+  roce_v1 = IBV_GID_TYPE_ROCE_V1,  //!< RoCE v1: Ethernet frames, not routable
+  roce_v2 = IBV_GID_TYPE_ROCE_V2,  //!< RoCE v2: UDP/IP, routable
 };
 
+//! "IB", "RoCE v1" or "RoCE v2".
 [[nodiscard]] constexpr std::string_view to_string(gid_type t) noexcept {
   switch (t) {
     case gid_type::ib: return "IB";
@@ -35,7 +37,7 @@ enum class gid_type : std::uint8_t {
   return "unknown";
 }
 
-//! True for ::ffff:a.b.c.d, the form RoCE v2 gives an IPv4 address.
+//! True for \::ffff:a.b.c.d, the form RoCE v2 gives an IPv4 address.
 [[nodiscard]] inline bool gid_is_ipv4_mapped(const ibv_gid& g) noexcept {
   for (int i = 0; i < 10; ++i) {
     if (g.raw[i] != 0) {
@@ -48,7 +50,7 @@ enum class gid_type : std::uint8_t {
 [[nodiscard]] inline bool gid_is_link_local(const ibv_gid& g) noexcept {
   return g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80;
 }
-//! Parses an IPv6 or IPv4 text into a GID (IPv4 becomes ::ffff:a.b.c.d).
+//! Parses an IPv6 or IPv4 text into a GID (IPv4 becomes \::ffff:a.b.c.d); nullopt for neither.
 [[nodiscard]] inline std::optional<ibv_gid> parse_gid(std::string_view text) {
   std::string s(text);
   ibv_gid g{};
@@ -67,14 +69,17 @@ enum class gid_type : std::uint8_t {
 
 //! One valid entry of a port's GID table.
 struct gid_entry {
-  ibv_gid gid{};
-  std::uint32_t index = 0;
-  std::uint8_t port = 0;
-  gid_type type = gid_type::ib;
+  ibv_gid gid{};                   //!< the 16 bytes: an IPv6 address, or an IPv4-mapped one
+  std::uint32_t index = 0;         //!< the entry's index in the port's GID table
+  std::uint8_t port = 0;           //!< the port number, from 1
+  gid_type type = gid_type::ib;    //!< IB, RoCE v1 or RoCE v2
   std::uint32_t ndev_ifindex = 0;  //!< 0 when not bound to a netdev or unknown
 
+  //! True for \::ffff:a.b.c.d (RoCE v2 over IPv4).
   [[nodiscard]] bool ipv4_mapped() const noexcept { return gid_is_ipv4_mapped(gid); }
+  //! True for fe80::/10 (link-local): never routable.
   [[nodiscard]] bool link_local() const noexcept { return gid_is_link_local(gid); }
+  //! True for an all-zero GID, an unused slot.
   [[nodiscard]] bool zero() const noexcept { return gid_is_zero(gid); }
 };
 
@@ -134,12 +139,12 @@ inline std::optional<gid_type> sysfs_gid_type(const context& ctx, std::uint8_t p
 
 //! The GID (or LID) a queue pair on this port should use, and why.
 struct gid_choice {
-  std::uint8_t port = 0;
-  std::uint8_t index = 0;
-  ibv_gid gid{};
-  gid_type type = gid_type::ib;
+  std::uint8_t port = 0;         //!< the port number, from 1
+  std::uint8_t index = 0;        //!< the GID index a queue pair's address carries (sgid_index)
+  ibv_gid gid{};                 //!< the entry at index (on InfiniBand: the first entry, for routing)
+  gid_type type = gid_type::ib;  //!< the entry's type (ib on an InfiniBand port)
   bool use_lid = false;  //!< InfiniBand port: addressed by LID, GID only for routing
-  std::uint16_t lid = 0;
+  std::uint16_t lid = 0;  //!< the port's LID (what InfiniBand addresses by)
   std::string reason;  //!< one line: what was chosen and why
 };
 

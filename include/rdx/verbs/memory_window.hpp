@@ -18,6 +18,7 @@
 
 namespace rdx {
 
+//! Memory window type: type1 binds by a verb (bind()), type2 by a work request (bind_wr()).
 enum class mw_type : int { type1 = IBV_MW_TYPE_1, type2 = IBV_MW_TYPE_2 };
 
 //! A memory window. Type 1 binds through bind() (a verb), type 2 through a work
@@ -38,8 +39,13 @@ public:
     if (type == mw_type::type2) next_rkey_ = detail::fresh_window_key(rkey_);
   }
 
+  //! The ibv_mw, still owned by this object.
   [[nodiscard]] ibv_mw* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership without deallocating (nullptr when empty); the caller calls ibv_dealloc_mw
+  //! and keeps the protection domain alive.
+  //! @throws rdx::error (errc::not_ready) while another owner shares the window
   [[nodiscard]] ibv_mw* release() { return detail::release_verbs(h_, "memory_window"); }
+  //! Type 1 or type 2, as allocated.
   [[nodiscard]] mw_type type() const noexcept { return type_; }
   //! The rkey the window grants now (changes at every bind).
   [[nodiscard]] std::uint32_t rkey() const noexcept { return rkey_; }

@@ -40,6 +40,7 @@ enum class page_policy {
   huge_only,         //!< hugetlbfs or throw errc::unsupported with the fix
 };
 
+//! "4 KiB pages", "2 MiB huge pages" or "transparent huge pages".
 [[nodiscard]] constexpr const char* to_string(page_kind k) noexcept {
   switch (k) {
     case page_kind::small: return "4 KiB pages";
@@ -140,12 +141,14 @@ public:
     return map_small(bytes, policy == page_policy::small ? std::string("4 KiB pages as asked") : why);
   }
 
+  //! Takes o's mapping; o is left empty (false).
   page_allocation(page_allocation&& o) noexcept
       : addr_(std::exchange(o.addr_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         mapped_(std::exchange(o.mapped_, 0)),
         kind_(o.kind_),
         why_(std::move(o.why_)) {}
+  //! Unmaps this mapping, then takes o's; o is left empty.
   page_allocation& operator=(page_allocation&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -159,17 +162,21 @@ public:
   }
   ~page_allocation() { unmap(); }
 
+  //! The first byte, page-aligned (2 MiB-aligned on huge and transparent huge pages).
   [[nodiscard]] void* data() const noexcept { return addr_; }
   //! The bytes asked for.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   //! The bytes mapped: size() rounded up to the page size.
   [[nodiscard]] std::size_t mapped_size() const noexcept { return mapped_; }
+  //! The size() bytes asked for.
   [[nodiscard]] std::span<std::byte> bytes() const noexcept {
     return {static_cast<std::byte*>(addr_), size_};
   }
+  //! The pages it got.
   [[nodiscard]] page_kind kind() const noexcept { return kind_; }
   //! Why it got kind(): what it asked for and what refused, in words.
   [[nodiscard]] const std::string& why() const noexcept { return why_; }
+  //! True when it owns a mapping (not default-constructed or moved from).
   explicit operator bool() const noexcept { return addr_ != nullptr; }
 
 private:
@@ -301,6 +308,9 @@ private:
 //! registered in parallel threads did not help on Soft-RoCE with 1 vCPU (512 MiB
 //! of 4 KiB pages: 28-39 ms serial, 32-40 ms in 2 threads; tests/rdma/hugepage.cpp
 //! [timing]), and it costs an lkey per part, so rdx has no register_parallel.
+//!
+//! As registered_buffer, it also has size_bytes(), span(), operator[], begin(),
+//! end(), lkey(), rkey(), sge() and remote() (from an internal base).
 template <registrable T>
 class huge_buffer : public detail::registered_elements<huge_buffer<T>, T> {
 public:
@@ -314,6 +324,7 @@ public:
 
   huge_buffer(const huge_buffer&) = delete;
   huge_buffer& operator=(const huge_buffer&) = delete;
+  //! Takes o's region and mapping; o is left without either.
   huge_buffer(huge_buffer&&) noexcept = default;
   //! Deregisters the old region before its memory is unmapped.
   huge_buffer& operator=(huge_buffer&& o) noexcept {
@@ -324,13 +335,19 @@ public:
   }
   ~huge_buffer() = default;
 
+  //! The first element.
   [[nodiscard]] T* data() const noexcept { return static_cast<T*>(mem_.data()); }
+  //! Number of elements (the mapping may be larger: allocation().mapped_size()).
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
 
+  //! The pages it got.
   [[nodiscard]] page_kind kind() const noexcept { return mem_.kind(); }
+  //! Why it got kind(), in words.
   [[nodiscard]] const std::string& why() const noexcept { return mem_.why(); }
+  //! The mapping under the elements.
   [[nodiscard]] const page_allocation& allocation() const noexcept { return mem_; }
 
+  //! The registration of the elements (lkey, rkey, sge()).
   [[nodiscard]] const memory_region& region() const noexcept { return mr_; }
 
 private:

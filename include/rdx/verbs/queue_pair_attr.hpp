@@ -19,19 +19,22 @@
 
 namespace rdx {
 
+//! Transport of a queue pair: reliable connected, unreliable connected, unreliable datagram.
 enum class qp_type : int { rc = IBV_QPT_RC, uc = IBV_QPT_UC, ud = IBV_QPT_UD };
 
+//! State of a queue pair (IBV_QPS_*): RESET, INIT, ready to receive, ready to send, and the rest.
 enum class qp_state : int {
-  reset = IBV_QPS_RESET,
-  init = IBV_QPS_INIT,
-  rtr = IBV_QPS_RTR,
-  rts = IBV_QPS_RTS,
-  sqd = IBV_QPS_SQD,
-  sqe = IBV_QPS_SQE,
-  error = IBV_QPS_ERR,
-  unknown = IBV_QPS_UNKNOWN,
+  reset = IBV_QPS_RESET,      //!< just created, or reset: no traffic
+  init = IBV_QPS_INIT,        //!< port and access set; receives may be posted
+  rtr = IBV_QPS_RTR,          //!< ready to receive: connected to its peer
+  rts = IBV_QPS_RTS,          //!< ready to send
+  sqd = IBV_QPS_SQD,          //!< send queue drained
+  sqe = IBV_QPS_SQE,          //!< send queue error (UC, UD)
+  error = IBV_QPS_ERR,        //!< error: outstanding requests complete flushed
+  unknown = IBV_QPS_UNKNOWN,  //!< not known (a failed query)
 };
 
+//! "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERROR" or "UNKNOWN".
 [[nodiscard]] constexpr std::string_view to_string(qp_state s) noexcept {
   switch (s) {
     case qp_state::reset: return "RESET";
@@ -45,6 +48,7 @@ enum class qp_state : int {
   }
   return "UNKNOWN";
 }
+//! "RC", "UC" or "UD".
 [[nodiscard]] constexpr std::string_view to_string(qp_type t) noexcept {
   switch (t) {
     case qp_type::rc: return "RC";
@@ -59,11 +63,11 @@ inline constexpr std::uint32_t default_qkey = 0x11111111;
 
 //! How to create a queue pair; every field has a default (docs/design.md, "Defaults").
 struct queue_pair_attr {
-  qp_type type = qp_type::rc;
-  std::uint32_t max_send_wr = 256;
-  std::uint32_t max_recv_wr = 256;
-  std::uint32_t max_send_sge = 1;
-  std::uint32_t max_recv_sge = 1;
+  qp_type type = qp_type::rc;       //!< RC (default), UC or UD
+  std::uint32_t max_send_wr = 256;  //!< send-queue depth, at least 1, at most the device's max_qp_wr
+  std::uint32_t max_recv_wr = 256;  //!< receive-queue depth, at most max_qp_wr
+  std::uint32_t max_send_sge = 1;   //!< SGL entries per send request, at most max_sge
+  std::uint32_t max_recv_sge = 1;   //!< SGL entries per receive, at most max_sge
   //! Inline payload bytes; unset: 64 where the device allows it, else what it grants.
   std::optional<std::uint32_t> max_inline_data{};
   std::uint8_t port = 0;                    //!< 0: the context's first ACTIVE port
@@ -72,9 +76,9 @@ struct queue_pair_attr {
   //! (remote_write, remote_read, remote_atomic); memory regions and windows
   //! still gate each range. docs/design.md, "Trust".
   access remote_access = access::none;
-  std::uint16_t pkey_index = 0;
+  std::uint16_t pkey_index = 0;       //!< P_Key table index, set at INIT
   std::uint32_t qkey = default_qkey;  //!< UD only
-  bool sq_sig_all = false;
+  bool sq_sig_all = false;            //!< every send request completes, whether signaled or not
   //! Receives come from this shared receive queue (kept alive by the QP); max_recv_* are ignored.
   const shared_receive_queue* srq = nullptr;
 };
@@ -84,13 +88,13 @@ struct connect_options {
   std::uint8_t timeout = 14;   //!< 4.096 us * 2^timeout; 0 (infinite) is refused
   std::uint8_t retry_cnt = 6;  //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
   std::uint8_t rnr_retry = 7;  //!< 7 = retry forever
-  std::uint8_t min_rnr_timer = 12;
+  std::uint8_t min_rnr_timer = 12;  //!< RC: the RNR NAK delay we ask of a sender, IB encoding (12 = 0.64 ms)
   std::uint8_t max_rd_atomic = 0;       //!< outstanding reads/atomics we issue; 0: min(device, 16)
   std::uint8_t max_dest_rd_atomic = 0;  //!< outstanding reads/atomics we serve; 0: min(device, 16)
   ibv_mtu max_mtu = IBV_MTU_4096;       //!< path MTU = min(local active, remote, this)
-  std::uint8_t sl = 0;
-  std::uint8_t traffic_class = 0;
-  std::uint8_t hop_limit = 64;
+  std::uint8_t sl = 0;                  //!< service level of the path
+  std::uint8_t traffic_class = 0;  //!< GRH traffic class (RoCE: DSCP and ECN bits), when the path has a GRH
+  std::uint8_t hop_limit = 64;     //!< GRH hop limit (IP TTL on RoCE v2)
 };
 
 namespace detail {

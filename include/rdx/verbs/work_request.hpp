@@ -22,15 +22,18 @@ namespace rdx {
 class send_wr {
 public:
   send_wr() noexcept { wr_.sg_list = &sge_; }
+  //! Copies o; an SGE embedded in o is copied with it and re-pointed, and next is cleared.
   send_wr(const send_wr& o) noexcept { copy_from(o); }
+  //! Copies o, as the copy constructor does.
   send_wr& operator=(const send_wr& o) noexcept {
     if (this != &o) {
       copy_from(o);
     }
     return *this;
   }
-  // A move is a copy: the embedded SGE must be re-pointed either way.
+  //! A move is a copy: the embedded SGE must be re-pointed either way.
   send_wr(send_wr&& o) noexcept { copy_from(o); }
+  //! Copies o (a move is a copy).
   send_wr& operator=(send_wr&& o) noexcept {
     if (this != &o) {
       copy_from(o);
@@ -44,13 +47,18 @@ public:
     wr_.wr_id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
     return *this;
   }
+  //! Sets wr_id to a plain number, instead of a context pointer.
   send_wr& id(std::uint64_t wr_id) noexcept {
     wr_.wr_id = wr_id;
     return *this;
   }
+  //! Asks for a completion (IBV_SEND_SIGNALED, the default); unsignaled, only a failure completes.
   send_wr& signaled(bool on = true) noexcept { return flag(IBV_SEND_SIGNALED, on); }
+  //! No completion unless the request fails: signaled(false).
   send_wr& unsignaled() noexcept { return flag(IBV_SEND_SIGNALED, false); }
+  //! Starts this request only after earlier RDMA reads and atomics on the queue pair end (IBV_SEND_FENCE).
   send_wr& fence(bool on = true) noexcept { return flag(IBV_SEND_FENCE, on); }
+  //! Sets the solicited bit, which wakes a receiver waiting for solicited events only.
   send_wr& solicited(bool on = true) noexcept { return flag(IBV_SEND_SOLICITED, on); }
   //! Never send inline, even when the payload is small enough.
   send_wr& no_inline() noexcept {
@@ -65,11 +73,17 @@ public:
     return *this;
   }
 
+  //! The ibv_send_wr itself, for fields the builders do not set.
   [[nodiscard]] ibv_send_wr& native() noexcept { return wr_; }
+  //! The ibv_send_wr itself.
   [[nodiscard]] const ibv_send_wr& native() const noexcept { return wr_; }
+  //! The verbs opcode (IBV_WR_*).
   [[nodiscard]] ibv_wr_opcode opcode() const noexcept { return wr_.opcode; }
+  //! The wr_id that the completion carries back.
   [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_.wr_id; }
+  //! The IBV_SEND_* flags set so far.
   [[nodiscard]] unsigned flags() const noexcept { return wr_.send_flags; }
+  //! The scatter/gather list: the embedded entry or the caller's span.
   [[nodiscard]] std::span<const ibv_sge> sgl() const noexcept {
     return {wr_.sg_list, static_cast<std::size_t>(wr_.num_sge)};
   }
@@ -87,7 +101,8 @@ public:
                            wr_.opcode == IBV_WR_RDMA_WRITE || wr_.opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
   }
 
-  // Used by the builders below.
+  //! A request of kind op over one SGE, copied in; signaled, with ctx as wr_id (what rdx::wr
+  //! builds on).
   static send_wr make(ibv_wr_opcode op, const ibv_sge& one, const void* ctx) noexcept {
     send_wr w;
     w.sge_ = one;
@@ -96,6 +111,8 @@ public:
     w.init(op, ctx);
     return w;
   }
+  //! A request of kind op over sgl, which is referenced and must outlive the post; signaled,
+  //! with ctx as wr_id.
   static send_wr make(ibv_wr_opcode op, std::span<const ibv_sge> sgl, const void* ctx) noexcept {
     send_wr w;
     if (!sgl.empty()) {
@@ -105,11 +122,14 @@ public:
     w.init(op, ctx);
     return w;
   }
+  //! Sets the remote address and rkey of an RDMA write or read.
   send_wr& remote(remote_ptr r) noexcept {
     wr_.wr.rdma.remote_addr = r.addr;
     wr_.wr.rdma.rkey = r.rkey;
     return *this;
   }
+  //! Sets an atomic's target word and operands: compare_add is the value compared (compare-and-swap)
+  //! or added (fetch-and-add); swap the value written if equal.
   send_wr& atomic(remote_ptr r, std::uint64_t compare_add, std::uint64_t swap) noexcept {
     wr_.wr.atomic.remote_addr = r.addr;
     wr_.wr.atomic.rkey = r.rkey;
@@ -126,10 +146,12 @@ public:
     wr_.bind_mw.bind_info = info;
     return *this;
   }
+  //! Sets the rkey that the request invalidates (local invalidate, send with invalidate).
   send_wr& invalidate(std::uint32_t rkey) noexcept {
     wr_.invalidate_rkey = rkey;
     return *this;
   }
+  //! Sets the immediate data, given in host order and sent in network order.
   send_wr& imm(std::uint32_t host_order) noexcept {
     wr_.imm_data = htonl(host_order);
     return *this;
@@ -163,15 +185,18 @@ private:
 class recv_wr {
 public:
   recv_wr() noexcept { wr_.sg_list = &sge_; }
+  //! Copies o; an SGE embedded in o is copied with it and re-pointed, and next is cleared.
   recv_wr(const recv_wr& o) noexcept { copy_from(o); }
+  //! Copies o, as the copy constructor does.
   recv_wr& operator=(const recv_wr& o) noexcept {
     if (this != &o) {
       copy_from(o);
     }
     return *this;
   }
-  // A move is a copy: the embedded SGE must be re-pointed either way.
+  //! A move is a copy: the embedded SGE must be re-pointed either way.
   recv_wr(recv_wr&& o) noexcept { copy_from(o); }
+  //! Copies o (a move is a copy).
   recv_wr& operator=(recv_wr&& o) noexcept {
     if (this != &o) {
       copy_from(o);
@@ -180,21 +205,28 @@ public:
   }
   ~recv_wr() = default;
 
+  //! Carries ctx's address as wr_id (read back with completion::context<T>()).
   recv_wr& context(const void* ctx) noexcept {
     wr_.wr_id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx));
     return *this;
   }
+  //! Sets wr_id to a plain number, instead of a context pointer.
   recv_wr& id(std::uint64_t wr_id) noexcept {
     wr_.wr_id = wr_id;
     return *this;
   }
+  //! The ibv_recv_wr itself, for fields the builders do not set.
   [[nodiscard]] ibv_recv_wr& native() noexcept { return wr_; }
+  //! The ibv_recv_wr itself.
   [[nodiscard]] const ibv_recv_wr& native() const noexcept { return wr_; }
+  //! The wr_id that the completion carries back.
   [[nodiscard]] std::uint64_t wr_id() const noexcept { return wr_.wr_id; }
+  //! The scatter/gather list: the embedded entry or the caller's span.
   [[nodiscard]] std::span<const ibv_sge> sgl() const noexcept {
     return {wr_.sg_list, static_cast<std::size_t>(wr_.num_sge)};
   }
 
+  //! A receive into one SGE, copied in, with ctx as wr_id (what rdx::wr::recv builds on).
   static recv_wr make(const ibv_sge& one, const void* ctx) noexcept {
     recv_wr w;
     w.sge_ = one;
@@ -203,6 +235,7 @@ public:
     w.context(ctx);
     return w;
   }
+  //! A receive scattered into sgl, which is referenced and must outlive the post; ctx as wr_id.
   static recv_wr make(std::span<const ibv_sge> sgl, const void* ctx) noexcept {
     recv_wr w;
     if (!sgl.empty()) {
@@ -232,9 +265,11 @@ private:
 //! ctx, carried in wr_id.
 namespace wr {
 
+//! Send of src's bytes; it consumes one receive posted by the peer.
 [[nodiscard]] inline send_wr send(const ibv_sge& src, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND, src, ctx);
 }
+//! Send gathered from an SGL (referenced until posted).
 [[nodiscard]] inline send_wr send(std::span<const ibv_sge> src, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND, src, ctx);
 }
@@ -243,13 +278,16 @@ namespace wr {
                                       const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
 }
+//! Send with immediate data (host order), gathered from an SGL.
 [[nodiscard]] inline send_wr send_imm(std::span<const ibv_sge> src, std::uint32_t imm,
                                       const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
 }
+//! RDMA write of src's bytes to the peer's memory at dst; the peer gets no completion.
 [[nodiscard]] inline send_wr write(const ibv_sge& src, remote_ptr dst, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
 }
+//! RDMA write gathered from an SGL.
 [[nodiscard]] inline send_wr write(std::span<const ibv_sge> src, remote_ptr dst,
                                    const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
@@ -259,13 +297,16 @@ namespace wr {
                                        const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
 }
+//! RDMA write with immediate data, gathered from an SGL.
 [[nodiscard]] inline send_wr write_imm(std::span<const ibv_sge> src, remote_ptr dst, std::uint32_t imm,
                                        const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
 }
+//! RDMA read of the peer's memory at src into dst.
 [[nodiscard]] inline send_wr read(const ibv_sge& dst, remote_ptr src, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
 }
+//! RDMA read scattered into an SGL.
 [[nodiscard]] inline send_wr read(std::span<const ibv_sge> dst, remote_ptr src,
                                   const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
@@ -285,9 +326,11 @@ namespace wr {
 [[nodiscard]] inline send_wr local_invalidate(std::uint32_t rkey, const void* ctx = nullptr) noexcept {
   return send_wr::make(IBV_WR_LOCAL_INV, std::span<const ibv_sge>(), ctx).invalidate(rkey);
 }
+//! Receive into dst: the next send (or write with immediate) from the peer consumes it.
 [[nodiscard]] inline recv_wr recv(const ibv_sge& dst, const void* ctx = nullptr) noexcept {
   return recv_wr::make(dst, ctx);
 }
+//! Receive scattered into an SGL.
 [[nodiscard]] inline recv_wr recv(std::span<const ibv_sge> dst, const void* ctx = nullptr) noexcept {
   return recv_wr::make(dst, ctx);
 }

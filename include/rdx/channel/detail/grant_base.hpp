@@ -34,7 +34,7 @@ enum class grant_backing {
 
 //! How to back a grant.
 struct grant_options {
-  grant_backing backing = grant_backing::automatic;
+  grant_backing backing = grant_backing::automatic;  //!< what backs the grant
 };
 
 namespace detail {
