@@ -23,18 +23,19 @@
 
 namespace rdx::cm {
 
+//! The clock of every rdma_cm deadline.
 using clock = std::chrono::steady_clock;
 
 //! One connection-manager event, copied out of librdmacm's record.
 struct event {
-  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_RESOLVED;
+  rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_RESOLVED;  //!< what happened (RDMA_CM_EVENT_*)
   int status = 0;                       //!< errno (negative) or, for REJECTED, the reject reason
   rdma_cm_id* id = nullptr;             //!< the id it is about (a new id for CONNECT_REQUEST)
   rdma_cm_id* listen_id = nullptr;      //!< the listening id, for CONNECT_REQUEST
   std::vector<std::byte> private_data;  //!< as it arrived (the transport pads it with zeros)
   std::uint32_t qp_num = 0;             //!< the peer's queue pair (REQUEST, RESPONSE)
-  std::uint8_t responder_resources = 0;
-  std::uint8_t initiator_depth = 0;
+  std::uint8_t responder_resources = 0;  //!< reads and atomics the peer serves at once (REQUEST, RESPONSE)
+  std::uint8_t initiator_depth = 0;      //!< reads and atomics the peer issues at once (REQUEST, RESPONSE)
 
   //! librdmacm's name for the type ("RDMA_CM_EVENT_REJECTED").
   [[nodiscard]] const char* name() const noexcept { return ::rdma_event_str(type); }
@@ -61,7 +62,9 @@ public:
   }
   event_channel(const event_channel&) = delete;
   event_channel& operator=(const event_channel&) = delete;
+  //! Takes o's channel; o is left empty.
   event_channel(event_channel&& o) noexcept : ch_(std::exchange(o.ch_, nullptr)) {}
+  //! Destroys this channel, then takes o's; o is left empty.
   event_channel& operator=(event_channel&& o) noexcept {
     if (this != &o) {
       reset();
@@ -72,7 +75,9 @@ public:
   //! Every id on the channel must be gone (or migrated) first.
   ~event_channel() { reset(); }
 
+  //! The rdma_event_channel, still owned (nullptr when empty).
   [[nodiscard]] rdma_event_channel* native_handle() const noexcept { return ch_; }
+  //! The channel's descriptor (non-blocking), readable when an event waits; -1 when empty.
   [[nodiscard]] int fd() const noexcept { return ch_ != nullptr ? ch_->fd : -1; }
 
   //! Takes the next event if one waits. @throws rdx::error for a failed read.

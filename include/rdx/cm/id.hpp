@@ -81,7 +81,9 @@ public:
   }
   id(const id&) = delete;
   id& operator=(const id&) = delete;
+  //! Takes o's id; o is left empty.
   id(id&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  //! Destroys this id, then takes o's; o is left empty.
   id& operator=(id&& o) noexcept {
     if (this != &o) {
       reset();
@@ -91,16 +93,22 @@ public:
   }
   ~id() { reset(); }
 
+  //! The rdma_cm_id, still owned (nullptr when empty).
   [[nodiscard]] rdma_cm_id* native_handle() const noexcept { return h_; }
+  //! Gives up ownership; the caller destroys the id (rdma_destroy_id).
   [[nodiscard]] rdma_cm_id* release() noexcept { return std::exchange(h_, nullptr); }
+  //! True when it owns an id.
   [[nodiscard]] explicit operator bool() const noexcept { return h_ != nullptr; }
 
   //! The RDMA device the address resolved to (empty before resolution).
   [[nodiscard]] std::string device_name() const {
     return h_ != nullptr && h_->verbs != nullptr ? ::ibv_get_device_name(h_->verbs->device) : "";
   }
+  //! The device port the id is bound to: 0 when empty or before address resolution.
   [[nodiscard]] std::uint8_t port() const noexcept { return h_ != nullptr ? h_->port_num : 0; }
+  //! The peer's address as "host:port" (on a non-empty id).
   [[nodiscard]] std::string peer() const { return detail::address_text(::rdma_get_peer_addr(h_)); }
+  //! This side's address as "host:port" (on a non-empty id).
   [[nodiscard]] std::string local() const { return detail::address_text(::rdma_get_local_addr(h_)); }
 
   //! Moves the id (and its future events) to another channel. @throws rdx::error.

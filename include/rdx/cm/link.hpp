@@ -212,9 +212,13 @@ inline void connect_qp(rdma_cm_id* id, queue_pair& qp, const connect_options& o)
 //! at once when the peer disconnects. Move-only; one thread at a time.
 class link final : public rdx::detail::peer_link {
 public:
+  //! Takes connected ids (one per queue pair), the event channel they are on, the peer's name
+  //! and the private data it sent; cm::connect and listener::accept build links.
   link(event_channel ch, std::vector<id> ids, std::string peer, std::vector<std::byte> peer_data)
       : ch_(std::move(ch)), ids_(std::move(ids)), peer_(std::move(peer)), peer_data_(std::move(peer_data)) {}
+  //! Takes o's ids and channel; o is left with none.
   link(link&&) noexcept = default;
+  //! Disconnects and destroys this link's ids, then takes o's.
   link& operator=(link&& o) noexcept {
     if (this != &o) {
       disconnect();
@@ -233,17 +237,24 @@ public:
     ids_.clear();  // before the channel they are on
   }
 
+  //! The event channel's descriptor: readable when an rdma_cm event waits (event mode sleeps on it).
   [[nodiscard]] int fd() const noexcept override { return ch_.fd(); }
+  //! The peer as "host:port", for messages.
   [[nodiscard]] const char* peer() const noexcept override { return peer_.c_str(); }
   //! The private data the peer sent with its request (server) or reply (client).
   [[nodiscard]] const std::vector<std::byte>& peer_private_data() const noexcept { return peer_data_; }
+  //! Number of ids: one per queue pair.
   [[nodiscard]] std::size_t size() const noexcept { return ids_.size(); }
+  //! The rdma_cm_id of queue pair i, still owned; not bounds-checked.
   [[nodiscard]] rdma_cm_id* native_handle(std::size_t i = 0) const noexcept {
     return ids_[i].native_handle();
   }
   //! True once the peer's DISCONNECTED arrived (poll() or wait_disconnected() saw it).
   [[nodiscard]] bool disconnected() const noexcept { return gone_; }
 
+  //! Takes the events that wait, without blocking.
+  //! @return errc::peer_disconnected once the peer has gone, the error of a failed event read, else
+  //! empty.
   [[nodiscard]] std::error_code poll() noexcept override {
     try {
       while (auto e = ch_.try_next()) note(*e);
@@ -263,6 +274,7 @@ public:
     return true;
   }
 
+  //! Tells the peer this side is going (rdma_disconnect on every id): once, never throws.
   void disconnect() noexcept override {
     if (said_) return;
     said_ = true;

@@ -43,13 +43,13 @@
 //! remote memory descriptors, decoded with every field checked.
 namespace rdx::wire {
 
-inline constexpr std::uint32_t magic = 0x52445845;  // "RDXE"
+inline constexpr std::uint32_t magic = 0x52445845;  //!< "RDXE", the first word of every endpoint message
 //! First word of every message of authenticated set-up (rdx/auth/detail/message.hpp).
 inline constexpr std::uint32_t auth_magic = 0x52445841;  // "RDXA"
-inline constexpr std::uint16_t version = 1;
-inline constexpr std::size_t header_size = 16;
-inline constexpr std::size_t endpoint_size = 32;
-inline constexpr std::size_t descriptor_size = 24;
+inline constexpr std::uint16_t version = 1;              //!< the version this side writes and accepts
+inline constexpr std::size_t header_size = 16;           //!< bytes of the header
+inline constexpr std::size_t endpoint_size = 32;         //!< bytes of the endpoint that follows it
+inline constexpr std::size_t descriptor_size = 24;       //!< bytes of each descriptor after that
 //! Most descriptors one message may carry.
 inline constexpr std::size_t max_descriptors = 256;
 //! Largest valid message: the decoder refuses anything longer before reading it.
@@ -63,14 +63,14 @@ inline constexpr std::size_t max_message_size =
 
 //! A decoded message: the peer's endpoint and the memory it exposes.
 struct message {
-  endpoint ep;
-  std::vector<remote_descriptor> descriptors;
+  endpoint ep;                                 //!< the peer's queue pair: GID, LID, port, QP number, PSN, MTU
+  std::vector<remote_descriptor> descriptors;  //!< the memory it exposes, in its order
 };
 
 //! What the fixed-size header says; enough to know how many bytes follow.
 struct header {
-  std::uint16_t version = 0;
-  std::uint16_t descriptor_count = 0;
+  std::uint16_t version = 0;           //!< the sender's version (decode_header accepts only ours)
+  std::uint16_t descriptor_count = 0;  //!< descriptors after the endpoint
   std::uint32_t length = 0;  //!< whole message, header included
 };
 

@@ -62,8 +62,8 @@ struct probe_answer {
 
 //! The peermem module's version files ("" where absent).
 struct peermem_status {
-  std::string nv_mem_version;          //!< <sysfs>/kernel/mm/memory_peers/nv_mem/version
-  std::string nvidia_peermem_version;  //!< <sysfs>/module/nvidia_peermem/version
+  std::string nv_mem_version;          //!< \<sysfs\>/kernel/mm/memory_peers/nv_mem/version
+  std::string nvidia_peermem_version;  //!< \<sysfs\>/module/nvidia_peermem/version
   [[nodiscard]] bool loaded() const noexcept {
     return !nv_mem_version.empty() || !nvidia_peermem_version.empty();
   }

@@ -35,6 +35,7 @@ enum class pci_distance {
   across_numa,        //!< different NUMA nodes (or a node unknown): across the CPU interconnect
 };
 
+//! "same PCIe switch", "same root complex", "same NUMA node" or "across NUMA nodes".
 [[nodiscard]] constexpr std::string_view to_string(pci_distance d) noexcept {
   switch (d) {
     case pci_distance::same_switch: return "same PCIe switch";
@@ -49,17 +50,18 @@ enum class pci_distance {
 struct rdma_device_location {
   std::string name;                   //!< e.g. "mlx5_0"
   std::string pci_address;            //!< e.g. "0000:18:00.0"; empty for a device without PCI parent
-  std::filesystem::path device_path;  //!< resolved path under <sysfs>/devices
+  std::filesystem::path device_path;  //!< resolved path under \<sysfs\>/devices
   int numa_node = -1;                 //!< -1 when sysfs does not say
-  pci_distance distance = pci_distance::across_numa;
+  pci_distance distance =
+      pci_distance::across_numa;  //!< from the GPU; across_numa when the device has no sysfs path
   bool active = false;  //!< some port reports ACTIVE
 };
 
 //! Where a GPU sits, and its RDMA devices, nearest first.
 struct gpu_topology {
   std::string gpu_pci_address;     //!< normalized, e.g. "0000:3b:00.0"
-  std::filesystem::path gpu_path;  //!< resolved path under <sysfs>/devices
-  int gpu_numa_node = -1;
+  std::filesystem::path gpu_path;  //!< resolved path under \<sysfs\>/devices
+  int gpu_numa_node = -1;          //!< -1 when sysfs does not say
   std::vector<rdma_device_location>
       rdma_devices;  //!< sorted: distance, PCI devices before others, active first, then name
 
@@ -135,7 +137,7 @@ inline int read_numa_node(const std::filesystem::path& device_dir) {
   return ec == std::errc{} ? v : -1;
 }
 
-//! The chain of a resolved device path below <sysfs>/devices: the host bridge
+//! The chain of a resolved device path below \<sysfs\>/devices: the host bridge
 //! ("pci0000:17") followed by each PCI function down to the device.
 struct pci_chain {
   std::string host_bridge;
@@ -191,10 +193,10 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
 }  // namespace detail
 
 //! Locates a GPU (by PCI address) and ranks every RDMA device in
-//! <sysfs_root>/class/infiniband by distance from it.
+//! \<sysfs_root\>/class/infiniband by distance from it.
 //! @param gpu_pci_address as cudaDeviceGetPCIBusId or nvidia-smi print it
 //! @throws rdx::error (invalid_argument) for a malformed address, (no_device)
-//!         when the GPU is not under <sysfs_root>/bus/pci/devices
+//!         when the GPU is not under \<sysfs_root\>/bus/pci/devices
 [[nodiscard]] inline gpu_topology locate_gpu(std::string_view gpu_pci_address,
                                              const std::filesystem::path& sysfs_root = "/sys") {
   namespace fs = std::filesystem;

@@ -25,12 +25,19 @@ public:
     wrs_[size_++] = w;
     return true;
   }
+  //! Empties the batch (post() does it after a successful post).
   void clear() noexcept { size_ = 0; }
+  //! Requests in the batch.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  //! N, the most requests the batch holds.
   [[nodiscard]] static constexpr std::size_t capacity() noexcept { return N; }
+  //! True when the batch holds no request.
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  //! True when push() would refuse.
   [[nodiscard]] bool full() const noexcept { return size_ == N; }
+  //! The requests pushed so far, in order.
   [[nodiscard]] std::span<Wr> requests() noexcept { return {wrs_.data(), size_}; }
+  //! Request i; not bounds-checked.
   [[nodiscard]] Wr& operator[](std::size_t i) noexcept { return wrs_[i]; }
 
 private:
@@ -38,8 +45,10 @@ private:
   std::size_t size_ = 0;
 };
 
+//! Up to N send requests, posted with one ibv_post_send.
 template <std::size_t N>
 using send_batch = basic_batch<send_wr, N>;
+//! Up to N receive requests, posted with one ibv_post_recv.
 template <std::size_t N>
 using recv_batch = basic_batch<recv_wr, N>;
 

@@ -77,16 +77,20 @@ struct cache_entry {
 class cached_region {
 public:
   cached_region() = default;
+  //! True when it holds a registration (not default-constructed or moved from).
   explicit operator bool() const noexcept { return e_ != nullptr; }
 
   //! The whole registration: it covers at least the range asked for, page-rounded, maybe more.
   [[nodiscard]] const memory_region& region() const noexcept { return e_->mr; }
+  //! The registration's lkey.
   [[nodiscard]] std::uint32_t lkey() const noexcept { return e_->mr.lkey(); }
+  //! The registration's rkey: it reaches the whole registration (see remote()).
   [[nodiscard]] std::uint32_t rkey() const noexcept { return e_->mr.rkey(); }
   //! The rights of the registration (a superset of those asked for).
   [[nodiscard]] access rights() const noexcept { return e_->mr.rights(); }
   //! The range asked for.
   [[nodiscard]] void* data() const noexcept { return addr_; }
+  //! Bytes of the range asked for.
   [[nodiscard]] std::size_t size() const noexcept { return len_; }
 
   //! A local scatter-gather entry for the range asked for.
@@ -160,6 +164,7 @@ public:
     return insert(b, e, rights, addr, len, dropped);
   }
   template <class T>
+  //! get() over the bytes of a span.
   [[nodiscard]] cached_region get(std::span<T> memory, access rights = access::local_write) {
     return get(static_cast<void*>(const_cast<std::remove_cv_t<T>*>(memory.data())), memory.size_bytes(),
                rights);
@@ -202,11 +207,14 @@ public:
     ::munmap(p, round_up(len));
   }
 
+  //! A snapshot of the counters and of what the cache holds now (taken under its lock).
   [[nodiscard]] registration_cache_stats stats() const {
     std::lock_guard lock(m_);
     return stats_;
   }
+  //! The bounds it was made with.
   [[nodiscard]] const registration_cache_attr& attr() const noexcept { return attr_; }
+  //! The page size ranges are rounded to (sysconf(_SC_PAGESIZE)).
   [[nodiscard]] std::size_t page_size() const noexcept { return page_; }
 
 private:
