@@ -29,8 +29,9 @@ concept message_type =
 //! What co_await on a receive gives: the message, or the error that ended it.
 template <message_type T>
 struct received {
-  std::error_code error;
-  T value;
+  std::error_code error;  //!< empty when a message arrived
+  T value;                //!< the message (meaningful only without error)
+  //! True when a message arrived.
   [[nodiscard]] explicit operator bool() const noexcept { return !error; }
 };
 
@@ -39,6 +40,7 @@ struct received {
 template <message_type T>
 class receive_operation : public operation {
 public:
+  //! Starts a receive of one T on c: the next message, which must be exactly one T.
   explicit receive_operation(connection& c) noexcept : operation(detail::start_access::make(c)) {
     detail::start_access::of(c).start_receive(*this, &value_, sizeof(T), sizeof(T), true);
   }
@@ -47,6 +49,7 @@ public:
     if (destination() == reinterpret_cast<std::byte*>(&o.value_))
       set_destination(reinterpret_cast<std::byte*>(&value_));
   }
+  //! Ends this receive as destruction does, then takes over o (re-pointing a waiting destination).
   receive_operation& operator=(receive_operation&& o) noexcept {
     if (this != &o) {
       operation::operator=(std::move(o));
@@ -59,6 +62,7 @@ public:
   ~receive_operation() = default;
   //! The message (valid when ok()).
   [[nodiscard]] const T& value() const noexcept { return value_; }
+  //! co_await's result: the error, and the message when there is none.
   received<T> await_resume() const noexcept { return {error(), value_}; }
 
 private:
@@ -146,6 +150,7 @@ public:
 
   //! Messages this side may send before the peer returns credits.
   [[nodiscard]] std::uint32_t credits() const noexcept { return conn_->credits(); }
+  //! The connection the channel uses.
   [[nodiscard]] connection& conn() const noexcept { return *conn_; }
 
 private:

@@ -43,9 +43,13 @@ public:
   connection& operator=(const connection&) = delete;
   ~connection() { shut_down(); }
 
+  //! The attributes it was made with.
   [[nodiscard]] const connection_attr& attributes() const noexcept { return attr_; }
+  //! Queue pairs of the connection (attributes().queue_pairs).
   [[nodiscard]] std::uint32_t queue_pair_count() const noexcept { return attr_.queue_pairs; }
+  //! Queue pair i, owned by the connection; not bounds-checked.
   [[nodiscard]] queue_pair& qp(std::size_t i) noexcept { return qps_[i]; }
+  //! The one completion queue all its queue pairs share.
   [[nodiscard]] completion_queue& cq() noexcept { return cq_; }
   //! Largest message a channel on this connection carries, in bytes.
   [[nodiscard]] std::uint32_t message_size() const noexcept { return attr_.message_size; }
@@ -84,6 +88,7 @@ public:
   //! pending operation ended with an error, every later one fails at once
   //! with errc::operation_failed; failure_reason() holds the first error.
   [[nodiscard]] bool failed() const noexcept { return failed_; }
+  //! The first error that failed the connection; empty while not failed().
   [[nodiscard]] std::error_code failure_reason() const noexcept { return failure_; }
   //! failure_reason() in words, with what the peer sent when it broke the
   //! protocol ("protocol error: the peer's credit count says 1000 messages
@@ -106,6 +111,7 @@ public:
   [[nodiscard]] std::uint32_t outstanding(std::size_t i = 0) const noexcept { return sqs_[i].outstanding(); }
   //! Signaled work requests posted so far (all queue pairs).
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return engine::signaled_count(); }
+  //! Work requests posted so far (all queue pairs), signaled or not.
   [[nodiscard]] std::uint64_t posted_count() const noexcept { return engine::posted_count(); }
   //! Messages received and not yet taken.
   [[nodiscard]] std::uint32_t messages_waiting() const noexcept { return ring_.messages_waiting(); }

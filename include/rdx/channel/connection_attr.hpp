@@ -24,7 +24,7 @@ struct connection_attr {
   std::size_t chunk_size = 512 * 1024;  //!< striping chunk, a multiple of 4 KiB
   bool events = false;                  //!< create a completion channel (event mode)
   std::uint8_t port = 0;                //!< 0: the first ACTIVE port
-  std::optional<std::uint8_t> gid_index{};
+  std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
   //! Receives that waited this long on an idle connection send a liveness
   //! probe, so a dead peer is noticed without traffic; 0 turns it off.
   std::chrono::milliseconds keepalive{1000};
@@ -39,8 +39,8 @@ struct connection_info {
   //! 8 bytes the peer writes its consumed count into, through queue pair 0
   //! (a memory window over exactly those bytes, or an exact registration).
   remote_descriptor credit_word{};
-  std::uint32_t recv_depth = 0;
-  std::uint32_t message_size = 0;
+  std::uint32_t recv_depth = 0;    //!< the sender's message buffers: the credits it gives
+  std::uint32_t message_size = 0;  //!< bytes per message buffer: the largest message it takes
 };
 
 }  // namespace rdx

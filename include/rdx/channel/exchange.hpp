@@ -33,7 +33,7 @@ namespace rdx {
 struct exchange_options {
   //! The whole exchange, not each step: a slow or silent peer holds it no longer.
   std::chrono::milliseconds timeout = tcp::default_timeout;
-  connect_options connect{};
+  connect_options connect{};  //!< the RTR and RTS settings of every queue pair
   //! When set (rdx::auth::psk_authenticator, say), the peer must prove it
   //! holds the key before anything else is exchanged, and a MAC over every
   //! byte of the exchange is checked before any queue pair is connected.

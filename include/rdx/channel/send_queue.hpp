@@ -28,7 +28,7 @@ struct sq_record {
   std::uint64_t seq = 0;  //!< posting sequence number (also the wr_id's low bits)
   std::uint32_t aux = 0;  //!< the caller's (a staging or result slot)
   std::uint8_t kind = 0;  //!< the caller's; 0 is the engine's own cover request
-  bool signaled = false;
+  bool signaled = false;  //!< the request was posted signaled (it produces a completion)
 };
 
 //! Selective signaling over one queue pair. Not thread-safe: one thread
@@ -56,7 +56,9 @@ public:
     }
   }
 
+  //! The queue pair whose send queue this is.
   [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
+  //! Its queue pair number.
   [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num(); }
   //! Requests posted and not yet retired (never above depth).
   [[nodiscard]] std::uint32_t outstanding() const noexcept {
@@ -66,7 +68,9 @@ public:
   [[nodiscard]] bool has_room(std::uint32_t n = 1) const noexcept { return tail_ - head_ + n + 1 <= cap_; }
   //! True when the last posted request will produce a completion.
   [[nodiscard]] bool covered() const noexcept { return covered_ == tail_; }
+  //! Requests posted so far, signaled or not.
   [[nodiscard]] std::uint64_t posted_count() const noexcept { return posted_; }
+  //! Of those, the ones posted signaled.
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return signaled_; }
 
   //! Posts w, signaled when the queue was idle or every signal_interval

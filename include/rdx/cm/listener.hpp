@@ -42,7 +42,9 @@ peer_offer accept(request&& r, connection& c, std::span<const window_descriptor>
 //! of any peer) or reject(); a request destroyed unanswered is rejected.
 class request {
 public:
+  //! Takes o's ids and what the peer sent; o is left empty (its destructor rejects nothing).
   request(request&&) noexcept = default;
+  //! Takes o's ids and what the peer sent; this request's own ids are destroyed without a reject.
   request& operator=(request&&) noexcept = default;
   ~request() {
     if (!ids_.empty() && !answered_)
@@ -60,6 +62,7 @@ public:
   [[nodiscard]] std::uint32_t queue_pairs() const noexcept { return static_cast<std::uint32_t>(ids_.size()); }
   //! The RDMA device the request arrived on: the connection must use it.
   [[nodiscard]] std::string device_name() const { return ids_.empty() ? "" : ids_[0].device_name(); }
+  //! The rdma_cm_id of the peer's queue pair i, still owned; not bounds-checked.
   [[nodiscard]] rdma_cm_id* native_handle(std::size_t i = 0) const noexcept {
     return ids_[i].native_handle();
   }
@@ -126,7 +129,7 @@ private:
 
 //! How a listener runs.
 struct listen_options {
-  int backlog = 128;
+  int backlog = 128;  //!< rdma_listen's backlog: requests the kernel queues before next() takes them
   //! An rdx peer's K requests must all arrive within this, else they are rejected.
   std::chrono::milliseconds group_timeout{10000};
 };
@@ -160,9 +163,11 @@ public:
   [[nodiscard]] std::uint16_t port() const noexcept {
     return ntohs(::rdma_get_src_port(id_.native_handle()));
   }
+  //! The event channel's descriptor: readable when a connect request (or another event) waits.
   [[nodiscard]] int fd() const noexcept { return ch_.fd(); }
   //! Requests rejected here so far, and why the last one was.
   [[nodiscard]] std::uint64_t rejected() const noexcept { return rejected_; }
+  //! The peer and the reason of the last request rejected here ("" before any).
   [[nodiscard]] const std::string& last_rejection() const noexcept { return last_rejection_; }
 
   //! The next whole request, waiting up to timeout. @return nullopt at the timeout.

@@ -48,6 +48,7 @@ inline constexpr ibv_mtu default_mtu = IBV_MTU_1024;
 //! What the client sends after it has read the server's address.
 inline constexpr std::array<char, 5> done_message = {'d', 'o', 'n', 'e', '\0'};
 
+//! One address message, its NUL included.
 using message_t = std::array<char, message_size>;
 
 namespace detail {

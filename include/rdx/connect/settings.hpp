@@ -31,7 +31,7 @@
 
 namespace rdx::wire {
 
-inline constexpr std::uint32_t settings_magic = 0x52445843;  // "RDXC"
+inline constexpr std::uint32_t settings_magic = 0x52445843;  //!< "RDXC", the first word of a settings block
 //! Bytes of the fixed part of a settings block.
 inline constexpr std::size_t settings_header_size = 20;
 //! Bytes each window adds.
@@ -46,15 +46,17 @@ inline constexpr std::uint32_t settings_known_rights = 7;
 struct window_setting {
   std::uint32_t rights = 0;        //!< read 1, write 2, atomic 4, or'ed
   std::uint32_t element_size = 0;  //!< bytes per element, never zero
+  //! Field-wise equality.
   friend bool operator==(const window_setting&, const window_setting&) noexcept = default;
 };
 
 //! One side's connection settings, as they travel.
 struct settings {
-  std::uint32_t queue_pairs = 0;
-  std::uint32_t recv_depth = 0;
-  std::uint32_t message_size = 0;
-  std::vector<window_setting> windows;
+  std::uint32_t queue_pairs = 0;        //!< queue pairs of the connection
+  std::uint32_t recv_depth = 0;         //!< receive buffers of the message ring
+  std::uint32_t message_size = 0;       //!< bytes of one message buffer
+  std::vector<window_setting> windows;  //!< one per window grant, in order
+  //! Field-wise equality.
   friend bool operator==(const settings&, const settings&) = default;
 };
 

@@ -93,9 +93,11 @@ inline const std::error_category& driver_category() noexcept {
   static const detail::driver_category_impl c;
   return c;
 }
+//! A CUDA runtime status as an error code of runtime_category() (cudaSuccess: empty).
 [[nodiscard]] inline std::error_code make_error_code(cudaError_t s) noexcept {
   return s == cudaSuccess ? std::error_code{} : std::error_code{static_cast<int>(s), runtime_category()};
 }
+//! A CUDA driver status as an error code of driver_category() (CUDA_SUCCESS: empty).
 [[nodiscard]] inline std::error_code make_error_code(CUresult s) noexcept {
   return s == CUDA_SUCCESS ? std::error_code{} : std::error_code{static_cast<int>(s), driver_category()};
 }
@@ -103,6 +105,7 @@ inline const std::error_category& driver_category() noexcept {
 //! A failed CUDA call: the status (code()) and the call's text (call()).
 class cuda_error : public rdx::error {
 public:
+  //! The status ec of call; what() is "call on object" (object may be empty).
   cuda_error(std::error_code ec, std::string call, std::string_view object)
       : rdx::error(ec, describe(call, object)), call_(std::move(call)) {}
   //! The call as written at the check site, e.g. "cudaMalloc(&p, bytes)".

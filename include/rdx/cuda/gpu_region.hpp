@@ -55,6 +55,7 @@ public:
 
   //! dma_buf or peermem (the GPU memory is registered), or staged.
   [[nodiscard]] gpu_path path() const noexcept { return path_; }
+  //! True when the GPU memory itself is registered (dma_buf or peermem), not staged.
   [[nodiscard]] bool direct() const noexcept { return path_ != gpu_path::staged; }
   //! Why the direct path was not taken ("" when it was).
   [[nodiscard]] const std::string& why_staged() const noexcept { return why_staged_; }
@@ -62,10 +63,13 @@ public:
   //! (staged). Local work requests take their sge from it; a peer writes to
   //! its remote().
   [[nodiscard]] const memory_region& region() const noexcept { return *region_; }
+  //! What a peer needs to write to region(): its address, rkey and length.
   [[nodiscard]] remote_descriptor remote() const noexcept { return region_->remote(); }
   //! The staging pipeline; nullptr on a direct path.
   [[nodiscard]] staging_pipeline* pipeline() noexcept { return pipeline_ ? &*pipeline_ : nullptr; }
+  //! The GPU memory, as given to make().
   [[nodiscard]] void* device_ptr() const noexcept { return device_ptr_; }
+  //! Bytes of the GPU memory, as given to make().
   [[nodiscard]] std::size_t size_bytes() const noexcept { return bytes_; }
 
 private:

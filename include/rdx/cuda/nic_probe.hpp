@@ -19,8 +19,8 @@ namespace rdx::cuda {
 
 //! An answer and the evidence for it.
 struct probe_answer {
-  support answer = support::unknown;
-  std::string detail;
+  support answer = support::unknown;  //!< yes, no, or unknown (not checked, or an unexpected result)
+  std::string detail;                 //!< what was seen, in words
 };
 
 //! Whether the kernel and the device's driver register dma-bufs: calls
@@ -64,11 +64,13 @@ struct probe_answer {
 struct peermem_status {
   std::string nv_mem_version;          //!< \<sysfs\>/kernel/mm/memory_peers/nv_mem/version
   std::string nvidia_peermem_version;  //!< \<sysfs\>/module/nvidia_peermem/version
+  //! True when either module reports a version (GPU memory can be registered through it).
   [[nodiscard]] bool loaded() const noexcept {
     return !nv_mem_version.empty() || !nvidia_peermem_version.empty();
   }
 };
 
+//! Reads both version files under sysfs_root ("" where a file is absent).
 [[nodiscard]] inline peermem_status read_peermem(const std::filesystem::path& sysfs_root = "/sys") {
   return {detail::read_first_line(sysfs_root / "kernel/mm/memory_peers/nv_mem/version"),
           detail::read_first_line(sysfs_root / "module/nvidia_peermem/version")};

@@ -15,6 +15,7 @@ enum class gpu_path {
   staged,     //!< cudaMemcpyAsync through pinned host bounce buffers
 };
 
+//! "automatic", "dma-buf", "peermem" or "staged".
 [[nodiscard]] constexpr std::string_view to_string(gpu_path p) noexcept {
   switch (p) {
     case gpu_path::automatic: return "automatic";
@@ -28,6 +29,7 @@ enum class gpu_path {
 //! Three-valued answer: a check that could not run says unknown, never no.
 enum class support { yes, no, unknown };
 
+//! "yes", "no" or "unknown".
 [[nodiscard]] constexpr std::string_view to_string(support s) noexcept {
   switch (s) {
     case support::yes: return "yes";

@@ -36,6 +36,7 @@ RDX_HOST_DEVICE constexpr std::uint8_t pattern_byte(std::uint64_t seed, std::uin
 struct pattern_result {
   std::uint64_t mismatches = 0;            //!< wrong bytes (on the GPU: wrong 8-byte words)
   std::uint64_t first_bad_offset = ~0ull;  //!< offset of the first wrong byte or word; ~0 if none
+  //! True when nothing mismatched.
   [[nodiscard]] RDX_HOST_DEVICE constexpr bool ok() const noexcept { return mismatches == 0; }
 };
 

@@ -23,9 +23,9 @@ namespace rdx::cuda {
 
 //! What was checked for one GPU (and the RDMA device nearest to it).
 struct gpudirect_report {
-  int cuda_device = 0;
-  std::string gpu_name;
-  std::string gpu_pci_address;
+  int cuda_device = 0;          //!< the CUDA device ordinal probed
+  std::string gpu_name;         //!< cudaDeviceProp::name
+  std::string gpu_pci_address;  //!< in sysfs's form, "0000:3b:00.0"
 
   // CUDA device attributes.
   bool dma_buf_attribute = false;          //!< CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
@@ -35,21 +35,22 @@ struct gpudirect_report {
 
   //! cuMemGetHandleForAddressRange(DMA_BUF_FD) on a fresh 2 MiB cudaMalloc.
   support dma_buf_export = support::unknown;
-  std::string dma_buf_export_detail;
+  std::string dma_buf_export_detail;  //!< what the export check saw, in words
 
   //! The RDMA device probed ("" when there is none).
   std::string rdma_device;
-  std::string rdma_device_detail;
+  std::string rdma_device_detail;  //!< why this device was probed, or why none was
   //! ibv_reg_dmabuf_mr with fd -1: EBADF means the kernel and driver take
   //! dma-buf, EOPNOTSUPP means they do not.
   support kernel_dmabuf_mr = support::unknown;
-  std::string kernel_dmabuf_detail;
+  std::string kernel_dmabuf_detail;  //!< what the kernel check saw, in words
 
   //! Contents of /sys/kernel/mm/memory_peers/nv_mem/version ("" if absent).
   std::string nv_mem_version;
   //! Contents of /sys/module/nvidia_peermem/version ("" if absent).
   std::string nvidia_peermem_version;
 
+  //! True when a peer-memory module (nv_peer_mem or nvidia_peermem) reports a version.
   [[nodiscard]] bool peermem_loaded() const noexcept {
     return !nv_mem_version.empty() || !nvidia_peermem_version.empty();
   }

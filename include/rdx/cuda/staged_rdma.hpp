@@ -33,6 +33,8 @@
 
 namespace rdx::cuda {
 
+//! The network side of a host-staged transfer over one RC queue pair (the protocol above):
+//! blocking, one direction at a time, through a chunk_pipeline's bounce buffers.
 class staged_rdma {
 public:
   //! @param qp an RC queue pair whose receives this object alone posts
@@ -109,9 +111,11 @@ public:
     });
   }
 
+  //! The immediate of the write that carries chunk i: 0x80000000 | i (i's low 31 bits).
   static constexpr std::uint32_t data_tag(std::size_t i) noexcept {
     return 0x80000000u | static_cast<std::uint32_t>(i & 0x7fffffffu);
   }
+  //! The immediate of the send that hands chunk i's slot back: i's low 31 bits.
   static constexpr std::uint32_t credit_tag(std::size_t i) noexcept {
     return static_cast<std::uint32_t>(i & 0x7fffffffu);
   }

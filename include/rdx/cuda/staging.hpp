@@ -38,8 +38,9 @@ public:
     }
   }
 
-  static constexpr std::size_t chunk_alignment = 4096;
+  static constexpr std::size_t chunk_alignment = 4096;  //!< chunk_bytes must be a multiple of it
 
+  //! The options it was made with; a device of -1 is replaced by the device it uses.
   [[nodiscard]] const staging_options& options() const noexcept { return opt_; }
   //! Always gpu_path::staged: the path a transfer through this pipeline takes.
   [[nodiscard]] static constexpr gpu_path path() noexcept { return gpu_path::staged; }

@@ -30,9 +30,10 @@ struct staged_chunk {
 //! What a transfer did, for the caller and for logs.
 struct transfer_stats {
   gpu_path path = gpu_path::staged;  //!< the path the bytes took
-  std::size_t bytes = 0;
-  std::size_t chunks = 0;
-  double seconds = 0;
+  std::size_t bytes = 0;             //!< bytes transferred
+  std::size_t chunks = 0;            //!< chunks they went in
+  double seconds = 0;                //!< wall time of the transfer
+  //! bytes / seconds in GB/s (10^9 bytes a second); 0 when no time was measured.
   [[nodiscard]] double gb_per_s() const noexcept {
     return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
   }

@@ -37,8 +37,13 @@ public:
     h_ = detail::make_shared_verbs(ah, &::ibv_destroy_ah, "ibv_destroy_ah", {pd.shared_handle()});
   }
 
+  //! The ibv_ah, still owned (nullptr when empty).
   [[nodiscard]] ibv_ah* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership without destroying (nullptr when empty); the caller calls ibv_destroy_ah
+  //! and keeps the protection domain alive.
+  //! @throws rdx::error (errc::not_ready) while another owner shares the handle
   [[nodiscard]] ibv_ah* release() { return detail::release_verbs(h_, "address_handle"); }
+  //! True when it owns an address handle (not default-constructed, moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
   //! The attributes used to reach remote: global routing whenever it has a GID.

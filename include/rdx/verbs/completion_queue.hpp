@@ -34,9 +34,11 @@ public:
                                    {ctx.shared_handle()});
   }
 
+  //! The ibv_comp_channel, still owned (nullptr when empty).
   [[nodiscard]] ibv_comp_channel* native_handle() const noexcept { return h_.get(); }
   //! Gives up ownership. @throws rdx::error while CQs created with it are alive.
   [[nodiscard]] ibv_comp_channel* release() { return detail::release_verbs(h_, "completion_channel"); }
+  //! The shared reference that completion queues made with it hold, so it outlives them.
   [[nodiscard]] const std::shared_ptr<ibv_comp_channel>& shared_handle() const noexcept { return h_; }
   //! The descriptor to add to an epoll/poll loop (readable when an event waits).
   [[nodiscard]] int fd() const noexcept { return h_->fd; }
@@ -85,7 +87,8 @@ private:
 struct completion_queue_attr {
   int depth = 512;                        //!< minimum entries; checked against max_cqe
   completion_channel* channel = nullptr;  //!< event mode when set
-  int comp_vector = 0;
+  int comp_vector =
+      0;  //!< completion vector (interrupt) for event mode, below the context's num_comp_vectors
 };
 
 namespace detail {
@@ -140,6 +143,7 @@ public:
   completion_queue(const context& ctx, int depth)
       : completion_queue(ctx, completion_queue_attr{.depth = depth}) {}
 
+  //! The ibv_cq, still owned (nullptr when empty).
   [[nodiscard]] ibv_cq* native_handle() const noexcept { return h_.get(); }
   //! Gives up ownership. @throws rdx::error while queue pairs using it are alive.
   [[nodiscard]] ibv_cq* release() { return detail::release_verbs(h_, "completion_queue"); }
@@ -157,7 +161,9 @@ public:
     r.channel_ = cq->channel;
     return r;
   }
+  //! The shared reference that queue pairs using the CQ hold, so it outlives them.
   [[nodiscard]] const std::shared_ptr<ibv_cq>& shared_handle() const noexcept { return h_; }
+  //! True when it owns a CQ (not default-constructed, moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Entries the CQ actually has (at least the depth asked for).
   [[nodiscard]] int depth() const noexcept { return h_->cqe; }

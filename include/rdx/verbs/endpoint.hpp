@@ -28,6 +28,7 @@ struct endpoint {
   std::uint8_t port = 1;       //!< port number on the sender's device
   std::uint8_t gid_index = 0;  //!< index of `gid` in the sender's GID table
 
+  //! Field-wise equality (the GID compared byte by byte).
   friend bool operator==(const endpoint& a, const endpoint& b) noexcept {
     return std::memcmp(a.gid.raw, b.gid.raw, sizeof a.gid.raw) == 0 && a.lid == b.lid && a.qpn == b.qpn &&
            a.psn == b.psn && a.mtu == b.mtu && a.port == b.port && a.gid_index == b.gid_index;
@@ -41,6 +42,7 @@ struct remote_descriptor {
   std::uint32_t rkey = 0;    //!< remote key of the peer's memory region
   std::uint64_t length = 0;  //!< bytes from addr
 
+  //! Field-wise equality.
   friend bool operator==(const remote_descriptor&, const remote_descriptor&) noexcept = default;
 };
 

@@ -38,12 +38,15 @@ public:
     return r;
   }
 
+  //! The ibv_pd, still owned (nullptr when empty).
   [[nodiscard]] ibv_pd* native_handle() const noexcept { return h_.get(); }
+  //! The ibv_context the domain was allocated on (nullptr when empty).
   [[nodiscard]] ibv_context* context_handle() const noexcept { return h_ ? h_->context : nullptr; }
   //! Gives up ownership. @throws rdx::error while objects created from it are alive.
   [[nodiscard]] ibv_pd* release() { return detail::release_verbs(h_, "protection_domain"); }
   //! Shared ownership of the native handle, for objects built on this one.
   [[nodiscard]] const std::shared_ptr<ibv_pd>& shared_handle() const noexcept { return h_; }
+  //! True when it owns a domain (not default-constructed, moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Another owner of the same domain (shares the native handle).
   [[nodiscard]] protection_domain share() const {

@@ -62,9 +62,15 @@ public:
     max_wr_ = ia.attr.max_wr;
   }
 
+  //! The ibv_srq, still owned (nullptr when empty).
   [[nodiscard]] ibv_srq* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership without destroying (nullptr when empty); the caller calls ibv_destroy_srq
+  //! and keeps the protection domain alive.
+  //! @throws rdx::error (errc::not_ready) while queue pairs using it are alive
   [[nodiscard]] ibv_srq* release() { return detail::release_verbs(h_, "shared_receive_queue"); }
+  //! The shared reference that queue pairs using it hold, so it outlives them.
   [[nodiscard]] const std::shared_ptr<ibv_srq>& shared_handle() const noexcept { return h_; }
+  //! True when it owns an SRQ (not default-constructed, moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Receives it can hold (what the device granted).
   [[nodiscard]] std::uint32_t max_wr() const noexcept { return max_wr_; }
@@ -75,6 +81,7 @@ public:
     ibv_recv_wr* bad = nullptr;
     return result(::ibv_post_srq_recv(h_.get(), &w.native(), &bad));
   }
+  //! Posts one receive built in the call (wr::recv(...)).
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch) noexcept {
