@@ -9,13 +9,13 @@
 #include <string_view>
 #include <system_error>
 
-//! rdx: owners of the verbs objects, typed work requests, and connections with typed
-//! channels and remote windows (the core, which needs only libibverbs).
+//! Owners of the verbs objects, typed work requests, and connections with typed channels and
+//! remote windows (the core, which needs only libibverbs).
 namespace rdx {
 
 //! Library errors that are not an errno: bad arguments caught before the NIC.
 enum class errc {
-  ok = 0,
+  ok = 0,              //!< no error: value 0, so the error code converts to false
   invalid_argument,    //!< a value outside what the call accepts
   out_of_range,        //!< an offset/length outside a window or buffer
   limit_exceeded,      //!< a depth, size or count above a device limit
@@ -112,6 +112,8 @@ inline const std::error_category& wc_category() noexcept {
   return c;
 }
 
+//! e as an error code of rdx_category(); found by ADL, so an errc compares with and converts to
+//! std::error_code.
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), rdx_category()};
 }
@@ -123,7 +125,10 @@ inline std::error_code make_wc_error_code(ibv_wc_status s) noexcept {
 //! The one exception type of rdx: what failed ("verb on object"), and why.
 class error : public std::system_error {
 public:
+  //! What failed (what, e.g. "ibv_reg_mr on mlx5_0") and why (ec: an errno, errc or wc status);
+  //! what() holds both.
   error(std::error_code ec, const std::string& what) : std::system_error(ec, what) {}
+  //! The same with one of rdx's own codes.
   error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
 };
 

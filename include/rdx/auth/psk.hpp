@@ -35,8 +35,8 @@ namespace rdx::auth {
 
 //! Shortest key accepted, in bytes.
 inline constexpr std::size_t min_key_size = 16;
-inline constexpr std::size_t nonce_size =
-    detail::body_size;  //!< bytes of the random nonce each side sends, fresh every set-up
+//! Bytes of the random nonce each side sends, fresh every set-up.
+inline constexpr std::size_t nonce_size = detail::body_size;
 
 //! A pre-shared key, wiped when destroyed. One key may serve many set-ups at
 //! once (thread-safe); it remembers the last nonces it issued and accepted,

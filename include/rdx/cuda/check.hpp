@@ -3,6 +3,9 @@
 // (an rdx::error) whose code is in the "cuda" or "cuda driver" category.
 #pragma once
 
+//! \file
+//! RDX_CUDA_TRY, the check every CUDA call goes through; cuda_error and the CUDA error categories.
+
 #include <rdx/cuda/config.hpp>
 
 #if !RDX_HAS_CUDA()

@@ -6,10 +6,15 @@
 // offset in the whole transfer.
 #pragma once
 
+//! \file
+//! A reproducible byte pattern (pattern_word, pattern_byte) and its host fill and check.
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+//! \def RDX_HOST_DEVICE
+//! `__host__ __device__` under nvcc, else nothing: the pattern functions run on both sides.
 #if defined(__CUDACC__)
 #define RDX_HOST_DEVICE __host__ __device__
 #else

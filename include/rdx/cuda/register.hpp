@@ -26,7 +26,7 @@ namespace rdx::cuda {
 
 //! A memory region over GPU memory, and the path that registered it.
 struct gpu_memory_region {
-  memory_region region;
+  memory_region region;                 //!< the registration of the GPU memory
   gpu_path path = gpu_path::automatic;  //!< dma_buf or peermem
 };
 
@@ -51,15 +51,18 @@ inline std::string hex_address(std::uintptr_t a) {
 //! where a range of it sits: what ibv_reg_dmabuf_mr takes. Owns the fd.
 class dma_buf_range {
 public:
+  //! Takes ownership of fd, a dma-buf of dma_buf_bytes bytes, and says where the range sits in it.
   dma_buf_range(int fd, std::uint64_t offset, std::size_t length, std::uint64_t iova,
                 std::size_t dma_buf_bytes) noexcept
       : fd_(fd), offset_(offset), length_(length), iova_(iova), dma_buf_bytes_(dma_buf_bytes) {}
+  //! Takes o's fd and range; o is left without an fd.
   dma_buf_range(dma_buf_range&& o) noexcept
       : fd_(std::exchange(o.fd_, -1)),
         offset_(o.offset_),
         length_(o.length_),
         iova_(o.iova_),
         dma_buf_bytes_(o.dma_buf_bytes_) {}
+  //! Closes this fd, then takes o's fd and range; o is left without an fd.
   dma_buf_range& operator=(dma_buf_range&& o) noexcept {
     if (this != &o) {
       close();
@@ -75,12 +78,15 @@ public:
   dma_buf_range& operator=(const dma_buf_range&) = delete;
   ~dma_buf_range() { close(); }
 
+  //! The dma-buf descriptor, still owned (-1 once closed or released).
   [[nodiscard]] int fd() const noexcept { return fd_; }
+  //! The descriptor, as fd().
   [[nodiscard]] int native_handle() const noexcept { return fd_; }
   //! Gives up the fd; the caller closes it.
   [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
   //! Offset of the range from the start of the dma-buf.
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
+  //! Bytes of the range.
   [[nodiscard]] std::size_t length() const noexcept { return length_; }
   //! The range's own virtual address: the NIC addresses it as ibv_reg_mr would.
   [[nodiscard]] std::uint64_t iova() const noexcept { return iova_; }
@@ -273,6 +279,7 @@ enum class flush_method {
   rdma_read,   //!< no flush API: read back the last bytes over RDMA on the same queue pair
 };
 
+//! "none", "cuFlushGPUDirectRDMAWrites" or "RDMA read of the last bytes".
 [[nodiscard]] constexpr std::string_view to_string(flush_method m) noexcept {
   switch (m) {
     case flush_method::none: return "none";
@@ -307,7 +314,9 @@ public:
     RDX_CUDA_TRY(cudaDeviceGetAttribute(&options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, device));
     method_ = required_flush(ordering, options, consumer);
   }
+  //! The flush this device needs for the consumer scope it was made with.
   [[nodiscard]] flush_method method() const noexcept { return method_; }
+  //! The CUDA device ordinal.
   [[nodiscard]] int device() const noexcept { return device_; }
   //! Call after the last RDMA write's completion and before the consumer is
   //! launched. Returns the method: with rdma_read, the caller still has to

@@ -52,8 +52,8 @@ struct rdma_device_location {
   std::string pci_address;            //!< e.g. "0000:18:00.0"; empty for a device without PCI parent
   std::filesystem::path device_path;  //!< resolved path under \<sysfs\>/devices
   int numa_node = -1;                 //!< -1 when sysfs does not say
-  pci_distance distance =
-      pci_distance::across_numa;  //!< from the GPU; across_numa when the device has no sysfs path
+  //! From the GPU; across_numa when the device has no sysfs path.
+  pci_distance distance = pci_distance::across_numa;
   bool active = false;  //!< some port reports ACTIVE
 };
 

@@ -87,8 +87,7 @@ private:
 struct completion_queue_attr {
   int depth = 512;                        //!< minimum entries; checked against max_cqe
   completion_channel* channel = nullptr;  //!< event mode when set
-  int comp_vector =
-      0;  //!< completion vector (interrupt) for event mode, below the context's num_comp_vectors
+  int comp_vector = 0;                    //!< event mode's interrupt vector, below num_comp_vectors
 };
 
 namespace detail {

@@ -20,21 +20,24 @@
 
 namespace rdx {
 
+//! Logical state of a port (IBV_PORT_*); only an ACTIVE port carries traffic.
 enum class port_state : int {
-  nop = IBV_PORT_NOP,
-  down = IBV_PORT_DOWN,
-  init = IBV_PORT_INIT,
-  armed = IBV_PORT_ARMED,
-  active = IBV_PORT_ACTIVE,
-  active_defer = IBV_PORT_ACTIVE_DEFER,
+  nop = IBV_PORT_NOP,                    //!< no state change (not a real state)
+  down = IBV_PORT_DOWN,                  //!< no link
+  init = IBV_PORT_INIT,                  //!< link up, not yet configured by the subnet manager
+  armed = IBV_PORT_ARMED,                //!< configured, not yet active
+  active = IBV_PORT_ACTIVE,              //!< ready for traffic
+  active_defer = IBV_PORT_ACTIVE_DEFER,  //!< logically active while the physical link is down for a moment
 };
 
+//! What a port runs on: InfiniBand, or Ethernet (RoCE).
 enum class link_layer : std::uint8_t {
-  unspecified = IBV_LINK_LAYER_UNSPECIFIED,
-  infiniband = IBV_LINK_LAYER_INFINIBAND,
-  ethernet = IBV_LINK_LAYER_ETHERNET,
+  unspecified = IBV_LINK_LAYER_UNSPECIFIED,  //!< not reported (older providers): taken as InfiniBand
+  infiniband = IBV_LINK_LAYER_INFINIBAND,    //!< InfiniBand: addressed by LID
+  ethernet = IBV_LINK_LAYER_ETHERNET,        //!< Ethernet (RoCE): addressed by GID
 };
 
+//! "NOP", "DOWN", "INIT", "ARMED", "ACTIVE" or "ACTIVE_DEFER".
 [[nodiscard]] constexpr std::string_view to_string(port_state s) noexcept {
   switch (s) {
     case port_state::nop: return "NOP";
@@ -49,19 +52,22 @@ enum class link_layer : std::uint8_t {
 
 //! One port's attributes, typed; raw keeps everything ibv_query_port returned.
 struct port_attributes {
-  std::uint8_t port = 0;
-  port_state state = port_state::nop;
-  ibv_mtu max_mtu = IBV_MTU_1024;
-  ibv_mtu active_mtu = IBV_MTU_1024;
-  std::uint16_t lid = 0;
-  std::uint16_t sm_lid = 0;
-  int gid_table_len = 0;
-  std::uint16_t pkey_table_len = 0;
-  link_layer link = link_layer::unspecified;
-  ibv_port_attr raw{};
+  std::uint8_t port = 0;                      //!< the port number, from 1
+  port_state state = port_state::nop;         //!< its logical state
+  ibv_mtu max_mtu = IBV_MTU_1024;             //!< largest MTU the port supports
+  ibv_mtu active_mtu = IBV_MTU_1024;          //!< MTU in use on its link
+  std::uint16_t lid = 0;                      //!< its LID (InfiniBand; 0 on Ethernet)
+  std::uint16_t sm_lid = 0;                   //!< the subnet manager's LID (InfiniBand)
+  int gid_table_len = 0;                      //!< entries in its GID table
+  std::uint16_t pkey_table_len = 0;           //!< entries in its P_Key table
+  link_layer link = link_layer::unspecified;  //!< InfiniBand or Ethernet
+  ibv_port_attr raw{};                        //!< everything ibv_query_port returned
 
+  //! True when the port is ACTIVE.
   [[nodiscard]] bool active() const noexcept { return state == port_state::active; }
+  //! True for an Ethernet (RoCE) port.
   [[nodiscard]] bool is_ethernet() const noexcept { return link == link_layer::ethernet; }
+  //! True for an InfiniBand port, or one that does not report its link layer.
   [[nodiscard]] bool is_infiniband() const noexcept {
     return link == link_layer::infiniband || link == link_layer::unspecified;
   }
@@ -69,26 +75,26 @@ struct port_attributes {
 
 //! Device attributes, typed; raw keeps everything ibv_query_device_ex returned.
 struct device_attributes {
-  std::string fw_ver;
+  std::string fw_ver;           //!< firmware version, as the device reports it
   std::uint64_t node_guid = 0;  //!< network byte order, as the device reports it
-  std::uint32_t vendor_id = 0;
-  std::uint32_t vendor_part_id = 0;
-  std::uint32_t hw_ver = 0;
-  std::uint64_t max_mr_size = 0;
-  int max_qp = 0;
-  int max_qp_wr = 0;
-  int max_sge = 0;
-  int max_cq = 0;
-  int max_cqe = 0;
-  int max_mr = 0;
-  int max_pd = 0;
-  int max_qp_rd_atom = 0;
-  int max_qp_init_rd_atom = 0;
-  int max_srq = 0;
-  int max_srq_wr = 0;
-  ibv_atomic_cap atomic_cap = IBV_ATOMIC_NONE;
-  std::uint8_t phys_port_cnt = 0;
-  ibv_device_attr_ex raw{};
+  std::uint32_t vendor_id = 0;  //!< IEEE vendor id (0x02c9: Mellanox/NVIDIA)
+  std::uint32_t vendor_part_id = 0;             //!< vendor's part number
+  std::uint32_t hw_ver = 0;                     //!< hardware version
+  std::uint64_t max_mr_size = 0;                //!< largest memory region, in bytes
+  int max_qp = 0;                               //!< queue pairs
+  int max_qp_wr = 0;                            //!< work requests per queue (send or receive)
+  int max_sge = 0;                              //!< SGL entries per work request
+  int max_cq = 0;                               //!< completion queues
+  int max_cqe = 0;                              //!< entries per completion queue
+  int max_mr = 0;                               //!< memory regions
+  int max_pd = 0;                               //!< protection domains
+  int max_qp_rd_atom = 0;                       //!< RDMA reads and atomics a queue pair serves at once
+  int max_qp_init_rd_atom = 0;                  //!< RDMA reads and atomics a queue pair issues at once
+  int max_srq = 0;                              //!< shared receive queues
+  int max_srq_wr = 0;                           //!< work requests per shared receive queue
+  ibv_atomic_cap atomic_cap = IBV_ATOMIC_NONE;  //!< atomics: none, within the device (HCA) or globally (GLOB)
+  std::uint8_t phys_port_cnt = 0;               //!< physical ports
+  ibv_device_attr_ex raw{};                     //!< everything ibv_query_device_ex returned
 };
 
 //! An open device. Move-only; protection domains and CQs keep it alive.
@@ -172,15 +178,19 @@ public:
     return context(detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device"));
   }
 
+  //! The ibv_context, still owned (nullptr when empty).
   [[nodiscard]] ibv_context* native_handle() const noexcept { return h_.get(); }
   //! Gives up ownership. @throws rdx::error while objects created from it are alive.
   [[nodiscard]] ibv_context* release() { return detail::release_verbs(h_, "context"); }
   //! Shared ownership of the native handle, for objects built on this one.
   [[nodiscard]] const std::shared_ptr<ibv_context>& shared_handle() const noexcept { return h_; }
+  //! True when it owns an open device (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
+  //! The device's kernel name ("rxe0", "mlx5_0").
   [[nodiscard]] std::string name() const { return std::string(device_name(h_->device)); }
 
+  //! The device's attributes and limits.
   //! @throws rdx::error when ibv_query_device_ex fails.
   [[nodiscard]] device_attributes query_device() const {
     device_attributes a;
@@ -210,6 +220,7 @@ public:
     return a;
   }
 
+  //! A port's attributes, queried now (its state can change).
   //! @throws rdx::error naming the port when ibv_query_port fails (e.g. no such port).
   [[nodiscard]] port_attributes query_port(std::uint8_t port) const {
     port_attributes p;

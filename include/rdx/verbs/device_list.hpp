@@ -31,8 +31,10 @@ public:
   }
   device_list(const device_list&) = delete;
   device_list& operator=(const device_list&) = delete;
+  //! Takes o's list; o is left empty.
   device_list(device_list&& o) noexcept
       : list_(std::exchange(o.list_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  //! Frees this list, then takes o's; o is left empty.
   device_list& operator=(device_list&& o) noexcept {
     if (this != &o) {
       reset();
@@ -43,11 +45,17 @@ public:
   }
   ~device_list() { reset(); }
 
+  //! Number of devices.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  //! True when the host has no RDMA device (or no kernel RDMA support).
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  //! Device i, valid while the list lives; not bounds-checked.
   [[nodiscard]] ibv_device* operator[](std::size_t i) const noexcept { return list_[i]; }
+  //! The first device (nullptr for an empty list).
   [[nodiscard]] ibv_device* const* begin() const noexcept { return list_; }
+  //! One past the last device.
   [[nodiscard]] ibv_device* const* end() const noexcept { return list_ == nullptr ? nullptr : list_ + size_; }
+  //! The array from ibv_get_device_list, still owned (nullptr when empty).
   [[nodiscard]] ibv_device** native_handle() const noexcept { return list_; }
 
   //! The device called name, or nullptr.

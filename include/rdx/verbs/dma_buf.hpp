@@ -26,7 +26,9 @@ public:
   //! Uses fd without owning it. @throws rdx::error (errc::invalid_argument) for fd < 0.
   [[nodiscard]] static dma_buf borrow(int fd) { return dma_buf(checked(fd, "dma_buf::borrow"), false); }
 
+  //! Takes o's descriptor and whether it is owned; o is left without one.
   dma_buf(dma_buf&& o) noexcept : fd_(std::exchange(o.fd_, -1)), owned_(o.owned_) {}
+  //! Closes this descriptor if owned, then takes o's; o is left without one.
   dma_buf& operator=(dma_buf&& o) noexcept {
     if (this != &o) {
       reset();
@@ -39,8 +41,11 @@ public:
   dma_buf& operator=(const dma_buf&) = delete;
   ~dma_buf() { reset(); }
 
+  //! The descriptor (-1 when moved from or released).
   [[nodiscard]] int fd() const noexcept { return fd_; }
+  //! The descriptor, as fd().
   [[nodiscard]] int native_handle() const noexcept { return fd_; }
+  //! True when made by own(): this object closes the descriptor.
   [[nodiscard]] bool owned() const noexcept { return owned_; }
   //! Gives up the descriptor (and, if owned, the duty to close it).
   [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }

@@ -31,29 +31,34 @@ namespace rdx {
 //! Access rights of a memory region (and of a queue pair's remote side).
 //! Default for a region: local_write only; remote rights only when asked for.
 enum class access : unsigned {
-  none = 0,
-  local_write = IBV_ACCESS_LOCAL_WRITE,
-  remote_write = IBV_ACCESS_REMOTE_WRITE,
-  remote_read = IBV_ACCESS_REMOTE_READ,
-  remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,
-  mw_bind = IBV_ACCESS_MW_BIND,
-  zero_based = IBV_ACCESS_ZERO_BASED,
-  on_demand = IBV_ACCESS_ON_DEMAND,
-  relaxed_ordering = IBV_ACCESS_RELAXED_ORDERING,
+  none = 0,                                  //!< no rights
+  local_write = IBV_ACCESS_LOCAL_WRITE,      //!< the NIC may write it locally (receives, read results)
+  remote_write = IBV_ACCESS_REMOTE_WRITE,    //!< a peer may RDMA-write it (adds local_write)
+  remote_read = IBV_ACCESS_REMOTE_READ,      //!< a peer may RDMA-read it
+  remote_atomic = IBV_ACCESS_REMOTE_ATOMIC,  //!< a peer may run atomics on it (adds local_write)
+  mw_bind = IBV_ACCESS_MW_BIND,              //!< memory windows may be bound to it
+  zero_based = IBV_ACCESS_ZERO_BASED,        //!< remote addresses count from 0, not from its virtual address
+  on_demand = IBV_ACCESS_ON_DEMAND,  //!< on-demand paging: pages follow the mapping (devices with ODP only)
+  relaxed_ordering = IBV_ACCESS_RELAXED_ORDERING,  //!< PCIe relaxed ordering, where the device has it
 };
 
+//! The union of two sets of rights.
 [[nodiscard]] constexpr access operator|(access a, access b) noexcept {
   return static_cast<access>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
+//! The rights in both.
 [[nodiscard]] constexpr access operator&(access a, access b) noexcept {
   return static_cast<access>(static_cast<unsigned>(a) & static_cast<unsigned>(b));
 }
+//! Every flag bit not in a (for masking with &).
 [[nodiscard]] constexpr access operator~(access a) noexcept {
   return static_cast<access>(~static_cast<unsigned>(a));
 }
+//! Adds b's rights to a.
 constexpr access& operator|=(access& a, access b) noexcept {
   return a = a | b;
 }
+//! Keeps only the rights of a that are in b.
 constexpr access& operator&=(access& a, access b) noexcept {
   return a = a & b;
 }
@@ -69,11 +74,13 @@ constexpr access& operator&=(access& a, access b) noexcept {
 //! Where a peer's memory is: address and rkey. A distinct type from local memory,
 //! so an rkey can never be used as an lkey.
 struct remote_ptr {
-  std::uint64_t addr = 0;
-  std::uint32_t rkey = 0;
+  std::uint64_t addr = 0;  //!< address in the peer's address space
+  std::uint32_t rkey = 0;  //!< the peer's remote key for it
+  //! The address offset bytes further, with the same rkey.
   [[nodiscard]] constexpr remote_ptr operator+(std::uint64_t offset) const noexcept {
     return {addr + offset, rkey};
   }
+  //! Field-wise equality.
   friend constexpr bool operator==(const remote_ptr&, const remote_ptr&) = default;
 };
 
@@ -122,6 +129,9 @@ inline std::string registration_hint(int err, std::size_t length) {
 
 }  // namespace detail
 
+//! A registration of memory (the caller's, or a dma-buf's) with a protection domain: an lkey
+//! for local work requests, an rkey for a peer. Move-only; deregistered on destruction; keeps its
+//! protection domain alive.
 class memory_region : detail::move_only {
 public:
   //! Registers the bytes of a span.
@@ -206,13 +216,22 @@ public:
     return r;
   }
 
+  //! The ibv_mr, still owned (nullptr when empty).
   [[nodiscard]] ibv_mr* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership without deregistering (nullptr when empty); the caller calls ibv_dereg_mr
+  //! and keeps the protection domain alive.
+  //! @throws rdx::error (errc::not_ready) while another owner shares the region
   [[nodiscard]] ibv_mr* release() { return detail::release_verbs(h_, "memory_region"); }
+  //! True when it owns a registration (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
+  //! The local key: what this side's work requests name the memory with.
   [[nodiscard]] std::uint32_t lkey() const noexcept { return h_->lkey; }
+  //! The remote key: what a peer needs to reach the memory (with remote rights only).
   [[nodiscard]] std::uint32_t rkey() const noexcept { return h_->rkey; }
+  //! The first registered byte (for a dma-buf: the iova).
   [[nodiscard]] void* addr() const noexcept { return h_->addr; }
+  //! Bytes registered.
   [[nodiscard]] std::size_t length() const noexcept { return h_->length; }
   //! The rights asked for at registration (none when adopted).
   [[nodiscard]] access rights() const noexcept { return rights_; }
@@ -248,7 +267,6 @@ private:
 template <class T>
 concept registrable = std::is_trivially_copyable_v<T> && !std::is_const_v<T>;
 
-//! An owning, page-aligned, zero-initialised buffer of n T, registered on creation.
 namespace detail {
 
 //! What every owning registered buffer (registered_buffer, huge_buffer) offers
@@ -276,6 +294,10 @@ private:
 
 }  // namespace detail
 
+//! An owning, page-aligned, zero-initialised buffer of n T, registered on creation.
+//! Move-only; destruction deregisters the region before it frees the memory. From an
+//! internal base it also has size_bytes(), span(), operator[], begin(), end(),
+//! lkey(), rkey(), sge() (all, or elements [first, first + n)) and remote().
 template <registrable T>
 class registered_buffer : public detail::registered_elements<registered_buffer<T>, T> {
 public:
@@ -283,8 +305,11 @@ public:
   registered_buffer(const protection_domain& pd, std::size_t count, access rights = access::local_write)
       : mem_(allocate(count)), count_(count), mr_(pd, static_cast<void*>(mem_.get()), bytes(count), rights) {}
 
+  //! The first element.
   [[nodiscard]] T* data() const noexcept { return mem_.get(); }
+  //! Number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
+  //! The registration of the elements.
   [[nodiscard]] const memory_region& region() const noexcept { return mr_; }
 
 private:

@@ -107,18 +107,30 @@ public:
     state_ = qp_state::reset;
   }
 
+  //! The ibv_qp, still owned (nullptr when empty).
   [[nodiscard]] ibv_qp* native_handle() const noexcept { return h_.get(); }
+  //! Gives up ownership without destroying (nullptr when empty); the caller calls ibv_destroy_qp
+  //! and keeps the protection domain and CQs alive.
+  //! @throws rdx::error (errc::not_ready) while another owner shares the queue pair
   [[nodiscard]] ibv_qp* release() { return detail::release_verbs(h_, "queue_pair"); }
+  //! True when it owns a queue pair (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
+  //! The queue pair number (24 bits), which the peer connects to.
   [[nodiscard]] std::uint32_t qp_num() const noexcept { return h_->qp_num; }
+  //! RC, UC or UD.
   [[nodiscard]] qp_type type() const noexcept { return type_; }
+  //! The device port it uses, from 1.
   [[nodiscard]] std::uint8_t port() const noexcept { return port_; }
+  //! The GID index chosen at creation (queue_pair_attr::gid_index or select_gid()).
   [[nodiscard]] std::uint8_t gid_index() const noexcept { return gid_index_; }
+  //! Its starting packet sequence number (random, 24 bits), which the peer needs.
   [[nodiscard]] std::uint32_t psn() const noexcept { return psn_; }
+  //! The Q_Key a UD queue pair accepts (queue_pair_attr::qkey).
   [[nodiscard]] std::uint32_t qkey() const noexcept { return qkey_; }
   //! Sizes the device granted.
   [[nodiscard]] const ibv_qp_cap& caps() const noexcept { return caps_; }
+  //! Largest payload posted inline, as the device granted (caps().max_inline_data).
   [[nodiscard]] std::uint32_t max_inline_data() const noexcept { return caps_.max_inline_data; }
   //! The state rdx last moved the QP to (no syscall; see query_state()).
   [[nodiscard]] qp_state state() const noexcept { return state_; }
@@ -306,6 +318,7 @@ public:
     ibv_send_wr* bad = nullptr;
     return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
   }
+  //! Posts one send-queue request built in the call (wr::send(...), wr::write(...)).
   [[nodiscard]] std::error_code post_send(send_wr&& w) noexcept { return post_send(w); }
 
   //! Posts a batch with one call (one doorbell). On failure *bad_index, when
@@ -344,6 +357,7 @@ public:
     ibv_recv_wr* bad = nullptr;
     return post_result(::ibv_post_recv(h_.get(), &w.native(), &bad));
   }
+  //! Posts one receive built in the call (wr::recv(...)).
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch,

@@ -259,7 +259,7 @@ private:
   ibv_sge sge_{};
 };
 
-//! Builders. Each takes the local memory as one ibv_sge (copied into the
+//! Work-request builders. Each takes the local memory as one ibv_sge (copied into the
 //! request) or an SGL span (referenced: keep it alive until posted), the
 //! remote side as a remote_ptr (never an lkey), and the operation's state as
 //! ctx, carried in wr_id.
