@@ -22,7 +22,8 @@ fi
 mkdir -p "$(dirname "$log")"
 rm -f "$log"
 start=$SECONDS
-if ! "$doxygen" "$doxyfile"; then
+# The log named here wins over the Doxyfile's WARN_LOGFILE, so the check reads what it wrote.
+if ! { cat "$doxyfile" && echo "WARN_LOGFILE = $log"; } | "$doxygen" -; then
   echo "doxygen failed ($("$doxygen" --version), $doxyfile)"
   exit 1
 fi
