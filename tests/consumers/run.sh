@@ -5,6 +5,10 @@
 #                                      find_package(rdx CONFIG) (and COMPONENTS cm, auth)
 #   run.sh find_package_cm  SRC WORK   the same, COMPONENTS cm only: a program using rdx/cm/cm.hpp
 #   run.sh add_subdirectory SRC WORK   add_subdirectory(SRC)
+#   run.sh system           SRC WORK   rdx already installed in /usr (the rdx-dev
+#                                      Debian package, tests/package): the consumers
+#                                      of find_package mode with no prefix given, and
+#                                      consumer.cpp built with `pkg-config rdx`
 #
 # Fails when any step fails; exits 77 only when cmake or a compiler is missing.
 set -euo pipefail
@@ -25,25 +29,53 @@ step() {
 # No flags of the consumer's own: what rdx's targets carry must be enough, and
 # the compiler must see nothing rdx did not export.
 case "$mode" in
-  find_package | find_package_cm)
-    step cmake -S "$src" -B "$work/rdx-build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DRDX_BUILD_TESTS=OFF -DRDX_BUILD_EXAMPLES=OFF -DRDX_BUILD_BENCHMARKS=OFF -DRDX_INSTALL=ON \
-      -DCMAKE_INSTALL_PREFIX="$work/prefix" >"$work/rdx-configure.log" ||
-      { cat "$work/rdx-configure.log"; exit 1; }
-    step cmake --install "$work/rdx-build" >"$work/install.log"
-    test -f "$work/prefix/include/rdx/rdx.hpp"
-    cfg="$(find "$work/prefix" -name rdxConfig.cmake | head -n 1)"
-    [[ -n "$cfg" ]] || { echo "no rdxConfig.cmake in the install tree" >&2; exit 1; }
-    pc="$(find "$work/prefix" -name rdx.pc | head -n 1)"
-    [[ -n "$pc" ]] || { echo "no rdx.pc in the install tree" >&2; exit 1; }
+  find_package | find_package_cm | system)
+    if [[ "$mode" == system ]]; then
+      # Found as any Debian package is: no CMAKE_PREFIX_PATH, no PKG_CONFIG_PATH.
+      prefix=/usr
+      at=()
+      cfg="$(find /usr/share/cmake /usr/lib/cmake /usr/lib/*/cmake -maxdepth 2 \
+        -name rdxConfig.cmake 2>/dev/null | head -n 1 || true)"
+      [[ -n "$cfg" ]] || { echo "no rdxConfig.cmake under /usr: is rdx-dev installed?" >&2; exit 1; }
+      pc=/usr/share/pkgconfig/rdx.pc
+      [[ -f "$pc" ]] || { echo "no $pc: is rdx-dev installed?" >&2; exit 1; }
+    else
+      prefix="$work/prefix"
+      at=(-DCMAKE_PREFIX_PATH="$prefix")
+      step cmake -S "$src" -B "$work/rdx-build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+        -DRDX_BUILD_TESTS=OFF -DRDX_BUILD_EXAMPLES=OFF -DRDX_BUILD_BENCHMARKS=OFF -DRDX_INSTALL=ON \
+        -DCMAKE_INSTALL_PREFIX="$prefix" >"$work/rdx-configure.log" ||
+        { cat "$work/rdx-configure.log"; exit 1; }
+      # The dev component only: what rdx-dev holds; the programs are not built here.
+      step cmake --install "$work/rdx-build" --component dev >"$work/install.log"
+      cfg="$(find "$prefix" -name rdxConfig.cmake | head -n 1)"
+      [[ -n "$cfg" ]] || { echo "no rdxConfig.cmake in the install tree" >&2; exit 1; }
+      pc="$(find "$prefix" -name rdx.pc | head -n 1)"
+      [[ -n "$pc" ]] || { echo "no rdx.pc in the install tree" >&2; exit 1; }
+    fi
+    test -f "$prefix/include/rdx/rdx.hpp"
     cms=(OFF ON)
     [[ "$mode" == find_package_cm ]] && cms=(ON)
     for cm in "${cms[@]}"; do
       b="$work/consumer-cm-$cm"
-      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" -DWITH_CM=$cm
+      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" "${at[@]}" -DWITH_CM="$cm"
+      # The rdx found must be the one meant (not, say, one in /usr/local).
+      found="$(sed -n 's/^rdx_DIR:PATH=//p' "$b/CMakeCache.txt")"
+      [[ "$(readlink -f "$found")" == "$(readlink -f "$(dirname "$cfg")")" ]] ||
+        { echo "find_package(rdx) found $found, not $(dirname "$cfg")" >&2; exit 1; }
       step cmake --build "$b"
       step "$b/consumer"
     done
+    if [[ "$mode" == system ]]; then
+      # pkg-config: one file, built by the compiler alone with what rdx.pc says.
+      [[ "$(pkg-config --variable=pcfiledir rdx)" == "$(dirname "$pc")" ]] ||
+        { echo "pkg-config finds rdx.pc in $(pkg-config --variable=pcfiledir rdx), not $(dirname "$pc")" >&2; exit 1; }
+      flags="$(pkg-config --cflags --libs rdx)"
+      echo "pkg-config --cflags --libs rdx: $flags"
+      # shellcheck disable=SC2086 # the flags are words
+      step "${CXX:-c++}" -o "$work/consumer-pkg-config" "$here/consumer.cpp" $flags
+      step "$work/consumer-pkg-config"
+    fi
     if [[ "$mode" == find_package_cm ]]; then
       grep -q "rdx/cm/cm.hpp" <("$work/consumer-cm-ON/consumer") ||
         { echo "the consumer did not use rdx/cm/cm.hpp" >&2; exit 1; }
@@ -52,7 +84,7 @@ case "$mode" in
     # Where rdx::auth was installed (OpenSSL was found), the component resolves and links.
     if [[ -f "$(dirname "$cfg")/rdxAuthTargets.cmake" ]]; then
       b="$work/consumer-auth"
-      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" -DWITH_AUTH=ON
+      step cmake -S "$here/find_package" -B "$b" "${gen[@]}" "${at[@]}" -DWITH_AUTH=ON
       step cmake --build "$b"
       step "$b/consumer"
     fi
@@ -66,7 +98,7 @@ if(rdx_FOUND)
   message(FATAL_ERROR "find_package(rdx COMPONENTS no_such_component) succeeded")
 endif()
 CML
-    step cmake -S "$work/bogus" -B "$work/bogus/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+    step cmake -S "$work/bogus" -B "$work/bogus/build" "${gen[@]}" "${at[@]}" >/dev/null
     echo "ok: an unknown component is refused"
     # Where rdx::cuda was installed (a CUDA Toolkit exists), the component resolves.
     if [[ -f "$(dirname "$cfg")/rdxCudaTargets.cmake" ]]; then
@@ -79,7 +111,7 @@ if(NOT TARGET rdx::cuda OR NOT TARGET rdx::cm)
   message(FATAL_ERROR "find_package(rdx COMPONENTS cuda cm) did not give rdx::cuda and rdx::cm")
 endif()
 CML
-      step cmake -S "$work/cuda" -B "$work/cuda/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+      step cmake -S "$work/cuda" -B "$work/cuda/build" "${gen[@]}" "${at[@]}" >/dev/null
       echo "ok: COMPONENTS cuda cm"
     fi
     ;;
@@ -89,7 +121,7 @@ CML
     step "$work/build/consumer"
     ;;
   *)
-    echo "usage: run.sh find_package|add_subdirectory SRC WORK" >&2
+    echo "usage: run.sh find_package|find_package_cm|add_subdirectory|system SRC WORK" >&2
     exit 2
     ;;
 esac
