@@ -131,6 +131,8 @@ private:
 }  // namespace detail
 
 //! count elements of T in device memory (cudaMalloc), freed on destruction.
+//! From an internal base it also has data(), size(), size_bytes(), empty(),
+//! native_handle() (the pointer) and release().
 template <class T>
 class device_buffer : public detail::cuda_array<T, &detail::free_device, detail::cuda_free_name> {
   using base = detail::cuda_array<T, &detail::free_device, detail::cuda_free_name>;
@@ -173,7 +175,9 @@ private:
 };
 
 //! count elements of T in page-locked host memory (cudaMallocHost), which the
-//! GPU copies at full speed and an RDMA device can register.
+//! GPU copies at full speed and an RDMA device can register. From an internal
+//! base it also has data(), size(), size_bytes(), empty(), native_handle() and
+//! release().
 template <class T>
 class pinned_buffer : public detail::cuda_array<T, &detail::free_host, detail::cuda_free_host_name> {
   using base = detail::cuda_array<T, &detail::free_host, detail::cuda_free_host_name>;
