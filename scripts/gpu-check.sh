@@ -56,7 +56,7 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 
 echo "== configure and build" | tee "$OUT/build.log"
 targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
-         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo)
+         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor)
 if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
      -DRDX_CUDA=ON -DRDX_WARNINGS_AS_ERRORS=ON -DRDX_BUILD_BENCHMARKS=OFF >>"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -102,6 +102,21 @@ echo "== devinfo -g (the GPUDirect probe as users see it)"
 rc=$?
 cat "$OUT/devinfo.log"
 row "devinfo -g" "exit $rc; $(grep -m1 -o 'best path: .*' "$OUT/devinfo.log")"
+
+echo "== rdx-doctor's GPU part (this machine has no RDMA device: devices is an error, each GPU a warning)"
+"$BUILD/tools/rdx-doctor" --check devices,gpu >"$OUT/doctor.log" 2>&1
+cat "$OUT/doctor.log"
+# What the doctor must say, from what the machine has: peermem as sysfs shows it, no NIC.
+peermem=absent
+[[ -e /sys/kernel/mm/memory_peers/nv_mem/version || -e /sys/module/nvidia_peermem/version ]] && peermem=loaded
+python3 "$ROOT/tests/doctor/check.py" --exit 1 --status devices=error --status gpu=warning --fact gpu.nic= \
+  --fact gpu.peermem=$peermem --fact gpu.best_path=staged --fact gpu.kernel_dmabuf_mr=unknown \
+  --text 'gpu=no RDMA device on this host' -- "$BUILD/tools/rdx-doctor" --json --check devices,gpu \
+  >"$OUT/doctor-check.log" 2>&1
+rc=$?
+cat "$OUT/doctor-check.log"
+"$BUILD/tools/rdx-doctor" --json --check devices,gpu >"$OUT/doctor.json" 2>/dev/null
+row "rdx-doctor --check devices,gpu (checked)" "$([[ $rc == 0 ]] && echo "as expected: peermem $peermem, no NIC, $(grep -o '"dma_buf_export":"[a-z]*"' "$OUT/doctor.json" | head -1)" || echo FAILED)"
 
 echo "== staging throughput vs plain cudaMemcpy"
 # shellcheck disable=SC2086
