@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <sys/resource.h>
 
@@ -304,6 +305,20 @@ public:
   //! @throws rdx::error when registration fails; std::bad_alloc when memory is short.
   registered_buffer(const protection_domain& pd, std::size_t count, access rights = access::local_write)
       : mem_(allocate(count)), count_(count), mr_(pd, static_cast<void*>(mem_.get()), bytes(count), rights) {}
+
+  registered_buffer(const registered_buffer&) = delete;
+  registered_buffer& operator=(const registered_buffer&) = delete;
+  //! Takes o's memory and region; o is left without either.
+  registered_buffer(registered_buffer&&) noexcept = default;
+  //! Deregisters the old region before its memory is freed (a defaulted
+  //! assignment would free first: members are assigned in declaration order).
+  registered_buffer& operator=(registered_buffer&& o) noexcept {
+    mr_ = std::move(o.mr_);
+    mem_ = std::move(o.mem_);
+    count_ = std::exchange(o.count_, 0);
+    return *this;
+  }
+  ~registered_buffer() = default;
 
   //! The first element.
   [[nodiscard]] T* data() const noexcept { return mem_.get(); }
