@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common.hpp"
 #include "kernels.hpp"
 
 namespace {
@@ -66,80 +67,43 @@ void usage(std::FILE* f) {
       "  --local                    run the GPU halves on this machine only, no network\n");
 }
 
-std::size_t parse_size(std::string_view opt, std::string_view s) {
-  std::size_t mult = 1;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'k':
-      case 'K':
-        mult = std::size_t{1} << 10;
-        s.remove_suffix(1);
-        break;
-      case 'm':
-      case 'M':
-        mult = std::size_t{1} << 20;
-        s.remove_suffix(1);
-        break;
-      case 'g':
-      case 'G':
-        mult = std::size_t{1} << 30;
-        s.remove_suffix(1);
-        break;
-      default: break;
-    }
-  }
-  char* end = nullptr;
-  const std::string t(s);
-  const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0' || v == 0) {
-    throw std::invalid_argument(std::string(opt) + ": not a positive size: " + t);
-  }
-  return static_cast<std::size_t>(v) * mult;
-}
-
+// The examples' one argument parser (examples/common.hpp): -x V, --name V, --name=V;
+// sizes take K, M and G.
 options parse(int argc, char** argv) {
+  using examples::parse_number;
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    const auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) {
-        throw std::invalid_argument(std::string(a) + " needs a value");
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
+  examples::arg_reader r(argc, argv);
+  while (!r.done()) {
+    std::string v;
+    if (r.match({"-h", "--help"})) {
       usage(stdout);
       std::exit(0);
-    } else if (a == "--path") {
-      o.path = value();
-      if (o.path != "auto" && o.path != "direct" && o.path != "staged") {
-        throw std::invalid_argument("--path: auto, direct or staged, not " + o.path);
-      }
-    } else if (a == "--size") {
-      o.size = parse_size(a, value());
-    } else if (a == "--iters") {
-      o.iters = static_cast<int>(parse_size(a, value()));
-    } else if (a == "--warmup") {
-      o.warmup = std::atoi(std::string(value()).c_str());
-    } else if (a == "--gpu") {
-      o.gpu = std::atoi(std::string(value()).c_str());
-    } else if (a == "--chunk") {
-      o.chunk = parse_size(a, value());
-    } else if (a == "--depth") {
-      o.depth = parse_size(a, value());
-      if (o.depth < 2 || o.depth > 64) {
-        throw std::invalid_argument("--depth: 2 to 64 bounce buffers");
-      }
-    } else if (a == "--connect") {
-      o.connect = value();
-    } else if (a == "--port") {
-      o.port = static_cast<unsigned>(parse_size(a, value()));
-    } else if (a == "--timeout") {
-      o.timeout_s = static_cast<int>(parse_size(a, value()));
-    } else if (a == "--local") {
+    } else if (r.match({"--path"}, &v)) {
+      if (v != "auto" && v != "direct" && v != "staged")
+        throw examples::usage_error("--path: auto, direct or staged, not " + v);
+      o.path = v;
+    } else if (r.match({"--size"}, &v)) {
+      o.size = parse_number("--size", v, 1, std::uint64_t{1} << 40, true);
+    } else if (r.match({"--iters"}, &v)) {
+      o.iters = static_cast<int>(parse_number("--iters", v, 1, 1u << 30));
+    } else if (r.match({"--warmup"}, &v)) {
+      o.warmup = static_cast<int>(parse_number("--warmup", v, 0, 1u << 30));
+    } else if (r.match({"--gpu"}, &v)) {
+      o.gpu = static_cast<int>(parse_number("--gpu", v, 0, 1023));
+    } else if (r.match({"--chunk"}, &v)) {
+      o.chunk = parse_number("--chunk", v, 1, std::uint64_t{1} << 32, true);
+    } else if (r.match({"--depth"}, &v)) {
+      o.depth = parse_number("--depth (bounce buffers)", v, 2, 64);
+    } else if (r.match({"--connect"}, &v)) {
+      o.connect = v;
+    } else if (r.match({"--port"}, &v)) {
+      o.port = static_cast<unsigned>(parse_number("--port", v, 1, 65535));
+    } else if (r.match({"--timeout"}, &v)) {
+      o.timeout_s = static_cast<int>(parse_number("--timeout", v, 1, 3600));
+    } else if (r.match({"--local"})) {
       o.local = true;
     } else {
-      throw std::invalid_argument("unknown option " + std::string(a));
+      throw examples::usage_error("unknown option " + std::string(r.peek()));
     }
   }
   return o;
@@ -571,7 +535,7 @@ int main(int argc, char** argv) try {
     return run_local(o);
   }
   return run_network(o);
-} catch (const std::invalid_argument& e) {
+} catch (const examples::usage_error& e) {
   std::fprintf(stderr, "gpu_pingpong: %s (see --help)\n", e.what());
   return 2;
 } catch (const std::exception& e) {
