@@ -30,7 +30,7 @@ RDX_VM="$ROOT/cmake/softroce/rdx-vm"
 
 # Everything the build, the tests and the Soft-RoCE VMs need.
 PACKAGES=(
-  build-essential file cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib
+  build-essential file cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib libxxhash-dev
   libibverbs-dev librdmacm-dev libssl-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
   clang-14 libclang-rt-14-dev doxygen
