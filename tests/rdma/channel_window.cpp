@@ -246,6 +246,44 @@ TEST_CASE("a stream of writes signals every interval and covers the tail when wa
   CHECK(p.a.posted_count() - posted >= 128);
 }
 
+TEST_CASE("a write with more chunks than its send queue holds completes: the deferred tail is covered") {
+  // Regression: chunks posted later from the deferred list (after wait()
+  // covered the queues) could end unsignaled, and the write never completed.
+  // Four entries per queue pair, 64 KiB chunks: a 4 MiB write is 64 chunks.
+  for (std::uint32_t qps : {1u, 4u}) {
+    CAPTURE(qps);
+    pair p(rdx::connection_attr{.queue_pairs = qps,
+                                .send_depth = 4,
+                                .signal_interval = 2,
+                                .recv_depth = 4,
+                                .message_size = 64,
+                                .chunk_size = 64 * 1024});
+    constexpr std::size_t words = (4u << 20) / 8;
+    auto target = rdx::make_window_buffer<std::uint64_t, rights::read | rights::write>(p.pd, words);
+    rdx::grant<std::uint64_t, rights::read | rights::write> g(p.b, target);
+    rdx::remote_window<std::uint64_t, rights::read | rights::write> w(p.a, g.descriptor());
+    rdx::registered_buffer<std::uint64_t> src(p.pd, words), back(p.pd, words);
+    for (std::size_t i = 0; i < words; ++i) src[i] = i * 0x9e3779b97f4a7c15ull + qps;
+    auto wop = w.write(src, 0);
+    CHECK(wop.deferred());
+    REQUIRE(wop.wait(30s) == std::error_code{});
+    CHECK(std::memcmp(target.data(), src.data(), words * 8) == 0);
+    // A read of the same size, awaited by a coroutine rather than wait().
+    auto rop = w.read(back, 0);
+    int resumed = 0;
+    std::error_code got = rdx::make_error_code(rdx::errc::not_ready);
+    auto waiter = [](rdx::operation& o, std::error_code& out, int& n) -> channel_test::task {
+      out = co_await o;
+      ++n;
+    }(rop, got, resumed);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (resumed == 0 && std::chrono::steady_clock::now() < deadline) (void)p.a.progress();
+    REQUIRE(resumed == 1);
+    CHECK(got == std::error_code{});
+    CHECK(std::memcmp(back.data(), src.data(), words * 8) == 0);
+  }
+}
+
 namespace {
 channel_test::task copy_by_coroutine(rdx::remote_window<std::uint32_t, rights::read | rights::write>& w,
                                      rdx::local_span<std::uint32_t> src, rdx::local_span<std::uint32_t> dst,

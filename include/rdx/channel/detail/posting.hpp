@@ -236,6 +236,10 @@ inline void engine::pump() noexcept {
     deferred_.erase(op);
     if (op.pending_ == 0) complete(op);
   }
+  // What was deferred may be waited on already (wait() covered the queues
+  // before these requests were posted, a coroutine awaits it): the last
+  // request posted must make a completion, or its operation never ends.
+  cover_all();
 }
 
 }  // namespace rdx::detail
