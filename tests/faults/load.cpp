@@ -203,8 +203,14 @@ TEST_CASE("churn: connect, transfer, disconnect; descriptors, verbs objects and 
   CHECK(end.fds == start.fds);
   CHECK(end.verbs == start.verbs);
   REQUIRE_FALSE(start.verbs.empty());  // `rdma resource show` must have answered
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's quarantine holds freed memory (up to 256 MiB), so RSS
+  // grows by design; its LeakSanitizer checks for leaks when the process exits.
+  std::printf("churn: RSS not compared under AddressSanitizer (its quarantine keeps freed memory)\n");
+#else
   // The allocator keeps some pages; a leak of even 1 KiB per cycle would be 2 MiB.
   CHECK(end.rss_kib <= start.rss_kib + 2048);
+#endif
 }
 
 TEST_CASE("scale: 128 connection pairs of 2 queue pairs each, all carrying checked traffic at once",
