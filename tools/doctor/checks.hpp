@@ -43,13 +43,6 @@ struct scope {
   std::uint64_t memlock_need = 64ull << 20;  //!< a typical registration, bytes
 };
 
-inline std::string read_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string s;
-  if (f) std::getline(f, s);
-  return s;
-}
-
 inline std::string mib(std::uint64_t b) {
   return rdx::detail::bytes_text(b);
 }
@@ -303,8 +296,8 @@ inline void check_gid(report& r, const scope& s) {
 
 inline int netdev_mtu(const std::string& nd) {
   if (nd.empty()) return 0;
-  const std::string v = read_line("/sys/class/net/" + nd + "/mtu");
-  return v.empty() ? 0 : std::atoi(v.c_str());
+  const std::int64_t v = rdx::detail::read_number_file(("/sys/class/net/" + nd + "/mtu").c_str());
+  return v < 0 ? 0 : static_cast<int>(v);
 }
 
 inline void check_mtu(report& r, const scope& s) {
@@ -383,17 +376,14 @@ inline void check_memlock(report& r, const scope& s) {
         "locked-memory limit is " + lim + ": registrations past it in all fail with ENOMEM", fix, facts);
 }
 
+// What rdx::page_allocation itself reads: the 2 MiB pool and THP's mode.
 inline void check_hugepages(report& r, const scope&) {
-  std::ifstream f("/proc/meminfo");
-  long total = 0, free = 0, size_kb = 0;
-  for (std::string l; std::getline(f, l);) {
-    if (l.rfind("HugePages_Total:", 0) == 0) total = std::atol(l.c_str() + 16);
-    if (l.rfind("HugePages_Free:", 0) == 0) free = std::atol(l.c_str() + 15);
-    if (l.rfind("Hugepagesize:", 0) == 0) size_kb = std::atol(l.c_str() + 13);
-  }
-  std::string thp = read_line("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string mode = "absent";
-  if (auto a = thp.find('['); a != std::string::npos) mode = thp.substr(a + 1, thp.find(']') - a - 1);
+  const rdx::detail::huge_pool pool = rdx::detail::read_huge_pool();
+  const std::int64_t total = std::max<std::int64_t>(pool.total, 0),
+                     free = std::max<std::int64_t>(pool.free, 0);
+  const std::size_t size_kb = rdx::detail::huge_page_size / 1024;
+  std::string mode = rdx::detail::thp_mode();
+  if (mode.empty()) mode = "absent";
   std::vector<std::pair<std::string, std::string>> facts = {{"hugepages_total", std::to_string(total)},
                                                             {"hugepages_free", std::to_string(free)},
                                                             {"hugepage_kb", std::to_string(size_kb)},
