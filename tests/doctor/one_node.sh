@@ -40,6 +40,23 @@ record "RDX_GID_INDEX=0 (the link-local entry): gid error, the fix names the ent
 record "-g 0 does the same as RDX_GID_INDEX=0" --exit 1 --status gid=error --text gid=link-local \
   -- "$doctor" --json -g 0
 
+# Untrusted input: a program on the port that is not rdx-doctor (another magic),
+# then one that claims a 16 MiB hello. Each is refused at peer.hello, nothing read past it.
+python3 -c '
+import socket, struct
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", 18599)); l.listen(2)
+for head in (b"HTTP/1.1", struct.pack("!II", 0x52445844, 16 << 20)):
+    c, _ = l.accept(); c.sendall(head); c.recv(65536); c.close()
+' &
+fake=$!
+record "a foreign program on the port: peer.hello error" --exit 1 --status peer.hello=error \
+  --text 'peer.hello=did not answer as rdx-doctor --serve does' --text 'peer.hello=is not rdx-doctor --serve' \
+  -- "$doctor" --peer 127.0.0.1 -p 18599 -t 30 --json --check devices
+record "a hello claiming 16 MiB: refused" --exit 1 --status peer.hello=error \
+  --text 'peer.hello=did not answer as rdx-doctor --serve does' -- "$doctor" --peer 127.0.0.1 -p 18599 -t 30 --json --check devices
+wait "$fake"
+
 ip link set eth0 down
 sleep 1
 record "link down: ports error with the fix" --exit 1 --status ports=error --fact ports.state=DOWN \
