@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,10 +46,15 @@ namespace detail {
 
 //! attempt(o) once, or with o.wait_for_listener again every 200 ms while it
 //! ends in std::errc::connection_refused, each time with what is left of o.timeout.
+//! A retry starts only with at least 200 ms left for it; if a retry runs out
+//! of time after a refusal, the refusal is what the caller gets (the cause
+//! seen last, "nothing listens on that port"), not a bare timeout.
 template <class F>
 auto retry_while_refused(const options& o, F&& attempt) {
   if (!o.wait_for_listener) return attempt(o);
+  constexpr std::chrono::milliseconds pause{200};
   const auto deadline = clock::now() + o.timeout;
+  std::optional<error> refused;
   for (;;) {
     options left = o;
     left.timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
@@ -56,12 +62,12 @@ auto retry_while_refused(const options& o, F&& attempt) {
     try {
       return attempt(left);
     } catch (const error& e) {
-      if (e.code() != std::errc::connection_refused ||
-          clock::now() + std::chrono::milliseconds(200) >= deadline) {
-        throw;
-      }
+      if (e.code() == make_error_code(errc::timed_out) && refused) throw *refused;
+      if (e.code() != std::errc::connection_refused) throw;
+      refused = e;
+      if (clock::now() + 2 * pause >= deadline) throw;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(pause);
   }
 }
 

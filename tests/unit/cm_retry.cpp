@@ -1,0 +1,130 @@
+// rdx::cm::detail::retry_while_refused: a client that waits for its listener
+// tries again while it is refused, within the whole timeout; each retry starts
+// with at least 200 ms left; a retry that runs out of time after a refusal
+// reports the refusal (what the user can act on), not a bare timeout; other
+// errors end it at once.
+#include <rdx/cm/link.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace cm = rdx::cm;
+using namespace std::chrono_literals;
+
+namespace {
+
+rdx::error refused() {
+  return rdx::error(std::make_error_code(std::errc::connection_refused),
+                    "connecting with 10.0.0.1:1: nothing listens on that port");
+}
+
+rdx::error timed_out() {
+  return rdx::error(rdx::errc::timed_out, "connecting with 10.0.0.1:1: no reply");
+}
+
+}  // namespace
+
+TEST_CASE("without wait_for_listener the first refusal ends it") {
+  cm::options o;
+  o.timeout = 2000ms;
+  int calls = 0;
+  try {
+    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
+      ++calls;
+      throw refused();
+    });
+    FAIL("no error");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == std::errc::connection_refused);
+  }
+  CHECK(calls == 1);
+}
+
+TEST_CASE("refused twice, then accepted: the value, with less time each try") {
+  cm::options o;
+  o.timeout = 3000ms;
+  o.wait_for_listener = true;
+  std::vector<std::chrono::milliseconds> given;
+  const int v = cm::detail::retry_while_refused(o, [&](const cm::options& left) -> int {
+    given.push_back(left.timeout);
+    if (given.size() < 3) throw refused();
+    return 42;
+  });
+  CHECK(v == 42);
+  REQUIRE(given.size() == 3);
+  CHECK(given[0] <= 3000ms);
+  CHECK(given[1] < given[0]);
+  CHECK(given[2] < given[1]);
+  CHECK(given[2] >= 200ms);
+}
+
+TEST_CASE("a retry that times out after a refusal reports the refusal") {
+  cm::options o;
+  o.timeout = 1500ms;
+  o.wait_for_listener = true;
+  int calls = 0;
+  try {
+    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
+      if (++calls == 1) throw refused();
+      throw timed_out();
+    });
+    FAIL("no error");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == std::errc::connection_refused);
+    CHECK(std::string(e.what()).find("nothing listens on that port") != std::string::npos);
+  }
+  CHECK(calls == 2);
+}
+
+TEST_CASE("a timeout with no refusal before it stays a timeout") {
+  cm::options o;
+  o.timeout = 1000ms;
+  o.wait_for_listener = true;
+  try {
+    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int { throw timed_out(); });
+    FAIL("no error");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == make_error_code(rdx::errc::timed_out));
+  }
+}
+
+TEST_CASE("refused until the end: refused, within the timeout, every try with 200 ms or more") {
+  cm::options o;
+  o.timeout = 1000ms;
+  o.wait_for_listener = true;
+  std::vector<std::chrono::milliseconds> given;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)cm::detail::retry_while_refused(o, [&](const cm::options& left) -> int {
+      given.push_back(left.timeout);
+      throw refused();
+    });
+    FAIL("no error");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == std::errc::connection_refused);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
+  REQUIRE(given.size() >= 2);
+  for (auto g : given) CHECK(g >= 200ms);
+}
+
+TEST_CASE("any other error ends it at once") {
+  cm::options o;
+  o.timeout = 2000ms;
+  o.wait_for_listener = true;
+  int calls = 0;
+  try {
+    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
+      ++calls;
+      throw rdx::error(rdx::errc::rejected, "rejected by the rdx server");
+    });
+    FAIL("no error");
+  } catch (const rdx::error& e) {
+    CHECK(e.code() == make_error_code(rdx::errc::rejected));
+  }
+  CHECK(calls == 1);
+}
