@@ -32,6 +32,14 @@
 // clean, checked session. The server reports over it how many of the first
 // connection's messages arrived: at least every message whose send completed
 // before the fault (a completion means the peer's NIC had it).
+//
+// A stalled receiver (server --stall-at N --stall-for MS, client
+// --expect-stall MS): the server stops taking messages, as a busy process
+// does. The client's credits run out (a round of 32 messages is twice the
+// receive depth), its sends wait without reaching the NIC, a bounded wait on
+// one times out and leaves it pending, no receiver-not-ready NAK is sent
+// (--expect-none rcvd_rnr_err+send_rnr_err), and every message arrives,
+// checked, once the server goes on.
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/window.hpp>
@@ -67,9 +75,9 @@ constexpr std::uint32_t message_size = 4096;
 constexpr std::size_t max_write = 1u << 20;
 constexpr int messages_per_round = 32;
 constexpr auto win_rights = rights::read | rights::write;
-const char* const counter_names[] = {"completer_retry_err", "rcvd_seq_err",       "out_of_seq_request",
-                                     "duplicate_request",   "retry_exceeded_err", "link_downed",
-                                     "sent_pkts",           "rcvd_pkts"};
+const char* const counter_names[] = {
+    "completer_retry_err", "rcvd_seq_err", "out_of_seq_request", "duplicate_request", "retry_exceeded_err",
+    "link_downed",         "rcvd_rnr_err", "send_rnr_err",       "sent_pkts",         "rcvd_pkts"};
 
 enum kind : std::uint32_t { k_data = 1, k_write_done = 2, k_end = 3, k_ack = 4, k_final = 5 };
 
@@ -110,6 +118,10 @@ struct options {
   std::uint64_t reconnect_bytes = 2u << 20;
   std::uint64_t expect_min_us = 0;  // client: every operation took at least this long (a delay on the wire)
   std::vector<std::pair<std::string, std::uint64_t>> expect_counters;  // NAME[+NAME...]:N
+  std::vector<std::string> expect_zero;                                // NAME[+NAME...]
+  std::uint64_t stall_at = 0, stall_for_ms = 0;  // server: stop taking messages at message N, for MS
+  std::uint64_t expect_stall_ms = 0;             // client: a send must wait out the server's stall
+  double progress_s = 60;                        // client: a progress line this often
 };
 
 [[noreturn]] void usage(int rc) {
@@ -127,6 +139,7 @@ struct options {
       "  --label NAME            first field of the RESULT line (default soak)\n"
       "  --device NAME           RDMA device whose hw_counters are reported (default $RDX_DEVICE)\n"
       "  --expect C[+C...]:N     fail unless those hw_counters rose by at least N together (repeatable)\n"
+      "  --expect-none C[+C...]  fail if any of those hw_counters rose (repeatable)\n"
       "  --expect-min-us US      client: fail unless every operation took at least US (a delay)\n"
       "  --expect-failure        client: the connection must fail (see below), then reconnect\n"
       "  --down-after MS --down-for MS   client: take --if down MS after the start, for MS\n"
@@ -134,6 +147,12 @@ struct options {
       "  --qp-error-at N         client: force queue pair 0 to ERR at operation N\n"
       "  --kill-at N             server: SIGKILL itself at its N-th message\n"
       "  --after-kill            server: serve only the reconnection on port P+1\n"
+      "  --stall-at N --stall-for MS   server: at its N-th message stop taking messages (and\n"
+      "                          touching the connection) for MS, as a busy receiver does\n"
+      "  --expect-stall MS       client: a send must wait for credits while the server\n"
+      "                          stalls; a bounded wait on it must time out and leave it\n"
+      "                          pending, and it must complete when the server goes on\n"
+      "  --progress S            client: a progress line every S seconds (default 60)\n"
       "  --reconnect-bytes N     bytes of the session after the failure (default 2M)\n"
       "  -h, --help              this text\n"
       "Prints one line: RESULT label=... role=... seconds= MBps= bytes= ops= mismatches= lost= duplicates=\n"
@@ -201,6 +220,16 @@ options parse(int argc, char** argv) {
       const std::size_t at = e.rfind(':');
       if (at == std::string::npos) usage(2);
       o.expect_counters.emplace_back(e.substr(0, at), std::stoull(e.substr(at + 1)));
+    } else if (a == "--expect-none") {
+      o.expect_zero.push_back(val());
+    } else if (a == "--stall-at") {
+      o.stall_at = std::stoull(val());
+    } else if (a == "--stall-for") {
+      o.stall_for_ms = std::stoull(val());
+    } else if (a == "--expect-stall") {
+      o.expect_stall_ms = std::stoull(val());
+    } else if (a == "--progress") {
+      o.progress_s = std::stod(val());
     } else if (a == "--expect-min-us") {
       o.expect_min_us = std::stoull(val());
     } else if (a == "--expect-failure") {
@@ -357,7 +386,7 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
     if (a == after.end() || b == before.end()) continue;
     deltas += std::string(" ") + n + "=" + std::to_string(a->second - b->second);
   }
-  for (const auto& [name, least] : o.expect_counters) {
+  auto rose = [&](const std::string& name) {
     std::uint64_t d = 0;  // the sum of the named counters' deltas (NAME+NAME...)
     for (std::size_t p = 0; p <= name.size();) {
       const std::size_t e = std::min(name.find('+', p), name.size());
@@ -366,6 +395,16 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
       if (a != after.end() && b != before.end()) d += a->second - b->second;
       p = e + 1;
     }
+    return d;
+  };
+  for (const auto& name : o.expect_zero) {
+    if (const std::uint64_t d = rose(name); d != 0) {
+      std::fprintf(stderr, "soak: expected %s not to rise, it rose by %" PRIu64 "\n", name.c_str(), d);
+      counters_ok = false;
+    }
+  }
+  for (const auto& [name, least] : o.expect_counters) {
+    const std::uint64_t d = rose(name);
     if (d < least) {
       std::fprintf(stderr, "soak: expected %s to rise by at least %" PRIu64 ", it rose by %" PRIu64 "\n",
                    name.c_str(), least, d);
@@ -412,6 +451,12 @@ bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std
     }
     killer.tick();
     ++received;
+    if (o.stall_at != 0 && received == o.stall_at) {
+      std::printf("soak server: not taking messages for %" PRIu64 " ms from message %" PRIu64 "\n",
+                  o.stall_for_ms, received);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.stall_for_ms));
+    }
     ++t.ops;
     const header h = s.check(r.byte_count(), t);
     if (h.kind == k_data) {
@@ -501,7 +546,16 @@ public:
       if (seconds > 0 && std::chrono::duration<double>(clk::now() - start).count() >= seconds) return false;
       return stop_early == nullptr || !stop_early->load();
     };
+    auto said = start;
     while (more()) {
+      if (o_.progress_s > 0 && clk::now() - said >= std::chrono::duration<double>(o_.progress_s)) {
+        said = clk::now();
+        std::printf("soak client: %s, %.0f s: %.1f MB in %" PRIu64 " operations, %" PRIu64
+                    " mismatches so far\n",
+                    o_.label.c_str(), std::chrono::duration<double>(said - start).count(),
+                    static_cast<double>(t_.bytes) / 1e6, t_.ops, t_.mismatches);
+        std::fflush(stdout);
+      }
       for (int i = 0; i < messages_per_round; ++i) {
         const std::uint32_t len = static_cast<std::uint32_t>((s_.tx_seq * 2654435761u) % (message_size - 31));
         std::vector<std::byte>& p = payload_;
@@ -581,6 +635,7 @@ public:
   }
 
   [[nodiscard]] std::uint64_t data_ok() const noexcept { return data_ok_; }
+  [[nodiscard]] bool stalled() const noexcept { return stalled_; }
   [[nodiscard]] std::uint64_t sent() const noexcept { return s_.tx_seq; }
   std::uint64_t qp_error_at = 0;
   std::optional<clk::time_point> forced;
@@ -593,6 +648,34 @@ private:
     if (qp_error_at != 0 && ++ops_started_ == qp_error_at && !forced) {
       rdx_test::force_error(s_.conn, 0);
       forced = clk::now();
+    }
+  }
+
+  // The server stopped taking messages (--expect-stall): a data send has
+  // waited over a second with no credit left. A bounded wait on it must end
+  // with timed_out, leave it pending and the connection healthy.
+  void check_stall(clk::time_point now) {
+    if (s_.conn.credits() != 0) return;
+    for (auto& p : pending_) {
+      if (!p.data_message || p.op.done() || !p.op.deferred() || now - p.start < 1s) continue;
+      const auto t0 = clk::now();
+      const std::error_code ec = p.op.wait(200ms);
+      const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0);
+      require(ec == rdx::errc::timed_out, "a wait of 200 ms on a send waiting for credits gave " +
+                                              (ec ? ec.message() : std::string("success")));
+      require(!p.op.done() && p.op.deferred(), "a timed-out wait ended the send it waited on");
+      require(!s_.conn.failed(),
+              "the connection failed while the peer stalled: " + s_.conn.failure_message());
+      require(took >= 200ms && took < 1s, "a wait of 200 ms took " + std::to_string(took.count()) + " ms");
+      std::printf(
+          "soak client: no credits: a send waited %lld ms for the stalled server; a wait of 200 ms "
+          "on it timed out after %lld ms and left it pending\n",
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - p.start).count()),
+          static_cast<long long>(took.count()));
+      std::fflush(stdout);
+      stalled_ = true;
+      return;
     }
   }
 
@@ -611,6 +694,7 @@ private:
         if (p.end == clk::time_point{}) p.end = now;
       }
       if (all) break;
+      if (o_.expect_stall_ms != 0 && !stalled_) check_stall(now);
       if (clk::now() > deadline) {
         std::size_t waiting = 0, deferred = 0;
         for (auto& p : pending_) {
@@ -653,6 +737,7 @@ private:
   std::uint64_t ops_started_ = 0;
   std::uint32_t last_bytes_ = 0;
   std::uint32_t polls_ = 0;
+  bool stalled_ = false;
 };
 
 // Merges the server's counts into the client's.
@@ -702,6 +787,13 @@ int run_client(const options& o) {
     join();
     take_report(t, rep);
     if (o.down_for_ms != 0) require(link_was_down.load(), "the run ended before the link went down");
+    if (o.expect_stall_ms != 0) {
+      require(c.stalled(),
+              "no send waited for credits: the server did not stall, or recv_depth is larger "
+              "than a round of messages");
+      require(t.msg.pct(1.0) * 10 >= o.expect_stall_ms * 1000 * 9,
+              "the longest message took " + std::to_string(t.msg.pct(1.0)) + " us, less than the stall");
+    }
     return result(o, "client", t, before);
   }
   if (!o.expect_failure) {
