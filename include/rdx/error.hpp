@@ -34,6 +34,9 @@ enum class errc {
   unreachable,        //!< no route to the peer, or its connection manager never answered
   address_error,      //!< an address that cannot be resolved to a local RDMA device
   peer_disconnected,  //!< the peer disconnected (rdma_cm): pending operations end at once
+  //! work stayed posted with neither a completion nor an error for
+  //! connection_attr::stall_timeout: the NIC, its driver or the peer stopped
+  no_progress,
 };
 }  // namespace rdx
 
@@ -66,6 +69,7 @@ public:
       case errc::unreachable: return "peer unreachable";
       case errc::address_error: return "address error";
       case errc::peer_disconnected: return "the peer disconnected";
+      case errc::no_progress: return "no progress: posted work neither completed nor failed";
     }
     return "unknown rdx error";
   }

@@ -10,6 +10,10 @@
 //               transfer over K = 4: the operation ends once, with an error;
 //               the connection says why; a pending receive ends too; later
 //               operations fail at once; nothing hangs, teardown is bounded.
+//   [stall]     a queue pair whose NIC stops answering (moved to SQD: posted
+//               requests neither complete nor fail): the stall watchdog
+//               fails the connection with errc::no_progress within
+//               stall_bound, naming the queue pair; pending work ends once.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -368,4 +372,52 @@ TEST_CASE("qp_error: a queue pair forced to ERR mid-transfer over K = 4 fails th
   const double teardown_ms = ms_since(t1);
   std::printf("qp_error: both connections destroyed in %.0f ms\n", teardown_ms);
   CHECK(teardown_ms < 2 * 2000 + 1000);
+}
+
+TEST_CASE("stall: a NIC that neither completes nor fails posted work fails the connection, bounded",
+          "[stall]") {
+  rdx::connection_attr attr = small_attr(2, 64 * 1024);
+  attr.stall_timeout = 2s;
+  auto p = std::make_unique<channel_test::pair>(attr);
+  {
+    rdx::channel<std::uint64_t> at_a(p->a);
+    rdx::channel<std::uint64_t> at_b(p->b);
+    // The connection works first.
+    {
+      auto s = at_a.send(1);
+      auto r = at_b.receive();
+      REQUIRE_FALSE(s.wait(10s));
+      REQUIRE_FALSE(r.wait(10s));
+    }
+    const auto bound = std::max(attr.stall_timeout, p->a.detection_bound());
+    rdx_test::freeze_sends(p->a, 0);
+    auto pending_receive = at_a.receive();
+    auto s = at_a.send(2);
+    const auto t0 = clk::now();
+    const std::error_code ec = s.wait(bound + 10s);
+    const double failed_after_ms = ms_since(t0);
+    INFO("the send ended with: " << ec.message() << "; the connection says: " << p->a.failure_message());
+    REQUIRE(s.done());
+    REQUIRE(p->a.failed());
+    CHECK(p->a.failure_reason() == rdx::errc::no_progress);
+    CHECK(p->a.failure_message().find("queue pair 0") != std::string::npos);
+    CHECK(ec);
+    // Not before the stall timeout, and within the bound plus the watchdog's
+    // look every 1024 idle polls.
+    CHECK(failed_after_ms >= static_cast<double>(attr.stall_timeout.count()));
+    CHECK(failed_after_ms <= static_cast<double>(bound.count()) + 2000.0);
+    CHECK(pending_receive.wait(5s));
+    const std::error_code first = pending_receive.error();
+    for (int i = 0; i < 100; ++i) (void)p->a.progress();
+    CHECK(pending_receive.error() == first);
+    auto later = at_a.send(3);
+    CHECK(later.done());
+    CHECK(later.error() == rdx::errc::operation_failed);
+    std::printf("stall: the connection failed after %.0f ms (stall_timeout %lld ms, bound %lld ms): \"%s\"\n",
+                failed_after_ms, static_cast<long long>(attr.stall_timeout.count()),
+                static_cast<long long>(bound.count()), p->a.failure_message().c_str());
+  }
+  const auto t1 = clk::now();
+  p.reset();
+  std::printf("stall: both connections destroyed in %.0f ms\n", ms_since(t1));
 }

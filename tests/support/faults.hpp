@@ -8,6 +8,9 @@
 //                              and the connection fails on the first error
 //                              completion; the peer's work to it is never
 //                              acknowledged and ends with retry exceeded.
+//   freeze_sends(conn, i)      queue pair i of conn to SQD (send queue drained):
+//                              requests posted after it are neither executed
+//                              nor failed, as a NIC that stopped answering.
 //   set_link(ifname, up)       the interface up or down at once (SIOCSIFFLAGS,
 //                              no program started: exact timing under TCG).
 //   kill_at                    SIGKILL to this process when an operation count
@@ -45,6 +48,18 @@ inline void force_error(rdx::connection& c, std::size_t i) {
   a.qp_state = IBV_QPS_ERR;
   if (int rc = ::ibv_modify_qp(c.qp(i).native_handle(), &a, IBV_QP_STATE); rc != 0) {
     throw std::system_error(rc, std::generic_category(), "force_error: ibv_modify_qp(ERR)");
+  }
+}
+
+//! Moves queue pair i of c to SQD, without the connection knowing: the NIC
+//! finishes what it had started and leaves later requests posted, never
+//! completing or failing them. @throws std::system_error when the verb fails
+//! (a provider without SQD).
+inline void freeze_sends(rdx::connection& c, std::size_t i) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_SQD;
+  if (int rc = ::ibv_modify_qp(c.qp(i).native_handle(), &a, IBV_QP_STATE); rc != 0) {
+    throw std::system_error(rc, std::generic_category(), "freeze_sends: ibv_modify_qp(SQD)");
   }
 }
 

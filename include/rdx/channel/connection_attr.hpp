@@ -16,20 +16,28 @@ namespace rdx {
 //! Settings of a connection; each side of a connection must use the same
 //! queue_pairs, recv_depth and message_size (connect() checks).
 struct connection_attr {
-  std::uint32_t queue_pairs = 1;        //!< K: large writes and reads are striped over them
-  std::uint32_t send_depth = 256;       //!< send-queue entries per queue pair
-  std::uint32_t signal_interval = 64;   //!< at most this many work requests per signaled one
-  std::uint32_t recv_depth = 64;        //!< pre-posted message buffers: the peer's credits
-  std::uint32_t message_size = 4096;    //!< bytes per message buffer: the largest message
-  std::size_t chunk_size = 512 * 1024;  //!< striping chunk, a multiple of 4 KiB
-  bool events = false;                  //!< create a completion channel (event mode)
-  std::uint8_t port = 0;                //!< 0: the first ACTIVE port
+  std::uint32_t queue_pairs = 1;            //!< K: large writes and reads are striped over them
+  std::uint32_t send_depth = 256;           //!< send-queue entries per queue pair
+  std::uint32_t signal_interval = 64;       //!< at most this many work requests per signaled one
+  std::uint32_t recv_depth = 64;            //!< pre-posted message buffers: the peer's credits
+  std::uint32_t message_size = 4096;        //!< bytes per message buffer: the largest message
+  std::size_t chunk_size = 512 * 1024;      //!< striping chunk, a multiple of 4 KiB
+  bool events = false;                      //!< create a completion channel (event mode)
+  std::uint8_t port = 0;                    //!< 0: the first ACTIVE port
   std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
   //! Receives that waited this long on an idle connection send a liveness
   //! probe, so a dead peer is noticed without traffic; 0 turns it off.
   std::chrono::milliseconds keepalive{1000};
   //! Longest time destruction waits for the flushed work of its queue pairs.
   std::chrono::milliseconds drain_timeout{2000};
+  //! Work posted and awaiting a completion that gets neither a completion nor
+  //! an error for this long (and at least detection_bound()) fails the
+  //! connection with errc::no_progress. A working NIC completes or fails
+  //! every request within detection_bound(); this catches a NIC, driver or
+  //! peer that does neither. Between two completions a queue pair moves at
+  //! most signal_interval x chunk_size bytes (32 MiB by default): raise it
+  //! for links slower than about 10 Mb/s. 0 turns it off.
+  std::chrono::milliseconds stall_timeout{30000};
 };
 
 //! What one side tells the other to connect: its queue pairs, its

@@ -66,6 +66,8 @@ public:
   }
   //! Room for n more requests of the caller; one entry stays free for cover().
   [[nodiscard]] bool has_room(std::uint32_t n = 1) const noexcept { return tail_ - head_ + n + 1 <= cap_; }
+  //! True when a request posted signaled has not completed yet: a completion is due.
+  [[nodiscard]] bool awaits_completion() const noexcept { return covered_ > head_; }
   //! True when the last posted request will produce a completion.
   [[nodiscard]] bool covered() const noexcept { return covered_ == tail_; }
   //! Requests posted so far, signaled or not.

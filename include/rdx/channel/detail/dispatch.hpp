@@ -150,7 +150,12 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
       return;
     }
   }
-  if (now == std::chrono::steady_clock::time_point{} || attr_.keepalive.count() == 0) return;
+  if (now == std::chrono::steady_clock::time_point{}) return;
+  if (attr_.stall_timeout.count() > 0 && connected_ && !failed_) {
+    check_stall(now);
+    if (failed_) return;
+  }
+  if (attr_.keepalive.count() == 0) return;
   // Liveness: receives (or deferred sends) wait and nothing is in flight
   // that would notice a dead peer by itself.
   if (!connected_ || failed_ || !something_waits() || sqs_[0].outstanding() != 0) {
@@ -163,6 +168,43 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
     (void)sqs_[0].probe();
     idle_since_ = now;
   }
+}
+
+// The stall watchdog (connection_attr::stall_timeout): a queue pair awaits a
+// completion, and none has come for stall_bound() since this was first seen.
+// A working NIC completes or fails each request within detection_bound();
+// one that does neither (a provider fault: Soft-RoCE's queue pair can stop
+// answering under packet duplication) would leave every wait on it open.
+inline void engine::check_stall(std::chrono::steady_clock::time_point now) noexcept {
+  std::size_t q = sqs_.size();
+  for (std::size_t i = 0; i < sqs_.size(); ++i) {
+    if (sqs_[i].awaits_completion()) {
+      q = i;
+      break;
+    }
+  }
+  if (q == sqs_.size()) {
+    stall_since_ = {};
+    return;
+  }
+  if (stall_since_ == std::chrono::steady_clock::time_point{}) {
+    stall_since_ = now;
+    return;
+  }
+  if (now - stall_since_ < stall_bound()) return;
+  // A completion that woke an event-mode sleep is not polled yet: take it first.
+  if (poll_once() > 0 || failed_) {
+    stall_since_ = {};
+    return;
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stall_since_).count();
+  std::snprintf(
+      failure_text_, sizeof failure_text_,
+      "no completion for %lld ms while queue pair %zu had %u posted requests to complete; the NIC neither "
+      "completed nor failed them (a working one does within detection_bound(), %lld ms)",
+      static_cast<long long>(ms), q, sqs_[q].outstanding(),
+      static_cast<long long>(detection_bound().count()));
+  fail(make_error_code(errc::no_progress));
 }
 
 // The first failure: every queue pair goes to error so that all posted work

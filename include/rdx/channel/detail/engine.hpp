@@ -163,7 +163,8 @@ protected:
   std::uint64_t rr_ = 0;
   std::uint32_t idle_polls_ = 0;
   std::uint32_t ticks_ = 0;
-  std::chrono::steady_clock::time_point idle_since_{};  // empty: the idle clock is not running
+  std::chrono::steady_clock::time_point idle_since_{};   // empty: the idle clock is not running
+  std::chrono::steady_clock::time_point stall_since_{};  // first seen awaiting a completion; empty: not
   std::atomic<std::uint32_t> stop_requests_{0};
   std::uint32_t stops_seen_ = 0;
   int wake_fd_ = -1;
@@ -171,7 +172,7 @@ protected:
   bool failed_ = false;
   bool closing_ = false;
   std::error_code failure_{};
-  char failure_text_[128] = {};  // what arrived, for a protocol error (no allocation on the data path)
+  char failure_text_[256] = {};  // what arrived, for a protocol error (no allocation on the data path)
   thread_check thread_;
   grant_base* grants_ = nullptr;          // intrusive list of this connection's grants
   access granted_ = access::none;         // the union of their rights
@@ -193,6 +194,8 @@ protected:
   inline void consume(std::uint32_t i) noexcept;
   inline void report_credits() noexcept;
   inline void housekeeping(std::chrono::steady_clock::time_point now) noexcept;
+  inline void check_stall(std::chrono::steady_clock::time_point now) noexcept;
+  [[nodiscard]] inline std::chrono::milliseconds stall_bound() const noexcept;
   inline void fail(std::error_code ec) noexcept;
   // The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
   void fail_protocol() noexcept {
@@ -263,8 +266,8 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
   if (a.chunk_size == 0 || a.chunk_size % 4096 != 0 || a.chunk_size > (std::size_t{1} << 30)) {
     bad("chunk_size = " + std::to_string(a.chunk_size) + ", need a multiple of 4096 up to 1 GiB");
   }
-  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0)
-    bad("keepalive and drain_timeout must not be negative");
+  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0 || a.stall_timeout.count() < 0)
+    bad("keepalive, drain_timeout and stall_timeout must not be negative");
   if (attr_.events) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
@@ -350,6 +353,10 @@ inline void engine::connect_with(const connection_info& peer, const connect_opti
   bind_grants();
 }
 
+inline std::chrono::milliseconds engine::stall_bound() const noexcept {
+  return std::max(attr_.stall_timeout, detection_bound());
+}
+
 inline std::chrono::milliseconds engine::detection_bound() const noexcept {
   const double ack_us = 4.096 * static_cast<double>(std::uint64_t{1} << opt_.timeout);
   const double retries_us = (opt_.retry_cnt + 1.0) * 4.0 * ack_us;
@@ -389,6 +396,7 @@ inline int engine::progress() noexcept {
   if (handled > 0) {
     idle_polls_ = 0;
     idle_since_ = {};
+    stall_since_ = {};
   }
   if (!deferred_.empty()) pump();
   if (ring_.report_due() && connected_ && !failed_) report_credits();
@@ -397,9 +405,11 @@ inline int engine::progress() noexcept {
   // every 1024 idle polls while receives or deferred operations wait.
   // A connection manager's link is looked at on the same clock, also while
   // only one-sided work is in flight (a disconnect ends it at once).
-  const bool keepalive_due = handled == 0 && (++idle_polls_ & 1023) == 0 &&
-                             ((attr_.keepalive.count() > 0 && something_waits()) ||
-                              (link_ != nullptr && (something_waits() || sends_outstanding())));
+  // The stall watchdog looks on the same clock while sends are outstanding.
+  const bool keepalive_due =
+      handled == 0 && (++idle_polls_ & 1023) == 0 &&
+      ((attr_.keepalive.count() > 0 && something_waits()) ||
+       ((link_ != nullptr || attr_.stall_timeout.count() > 0) && (something_waits() || sends_outstanding())));
   if (keepalive_due || (bounded_ != nullptr && (++ticks_ & 63) == 0)) {
     housekeeping(std::chrono::steady_clock::now());
   }

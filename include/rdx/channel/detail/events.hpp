@@ -36,6 +36,8 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
   for (bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) until = std::min(until, a->deadline_);
   if (attr_.keepalive.count() > 0 && something_waits()) until = std::min(until, now + attr_.keepalive / 4);
   if (!deferred_.empty()) until = std::min(until, now + std::chrono::milliseconds(1));
+  if (attr_.stall_timeout.count() > 0 && sends_outstanding())
+    until = std::min(until, now + stall_bound() / 4);
   const int ms = static_cast<int>(
       std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
   pollfd p[3] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}};
