@@ -10,6 +10,7 @@
 #include <chrono>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace cm = rdx::cm;
@@ -26,21 +27,29 @@ rdx::error timed_out() {
   return rdx::error(rdx::errc::timed_out, "connecting with 10.0.0.1:1: no reply");
 }
 
+// The error retry_while_refused(o, attempt) ends with; a test failure if it returns.
+template <class F>
+rdx::error thrown_by(const cm::options& o, F&& attempt) {
+  try {
+    (void)cm::detail::retry_while_refused(o, std::forward<F>(attempt));
+  } catch (const rdx::error& e) {
+    return e;
+  }
+  FAIL("retry_while_refused returned instead of throwing");
+  return rdx::error(rdx::errc::ok, "unreachable");
+}
+
 }  // namespace
 
 TEST_CASE("without wait_for_listener the first refusal ends it") {
   cm::options o;
   o.timeout = 2000ms;
   int calls = 0;
-  try {
-    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
-      ++calls;
-      throw refused();
-    });
-    FAIL("no error");
-  } catch (const rdx::error& e) {
-    CHECK(e.code() == std::errc::connection_refused);
-  }
+  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
+    ++calls;
+    throw refused();
+  });
+  CHECK(e.code() == std::errc::connection_refused);
   CHECK(calls == 1);
 }
 
@@ -67,16 +76,12 @@ TEST_CASE("a retry that times out after a refusal reports the refusal") {
   o.timeout = 1500ms;
   o.wait_for_listener = true;
   int calls = 0;
-  try {
-    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
-      if (++calls == 1) throw refused();
-      throw timed_out();
-    });
-    FAIL("no error");
-  } catch (const rdx::error& e) {
-    CHECK(e.code() == std::errc::connection_refused);
-    CHECK(std::string(e.what()).find("nothing listens on that port") != std::string::npos);
-  }
+  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
+    if (++calls == 1) throw refused();
+    throw timed_out();
+  });
+  CHECK(e.code() == std::errc::connection_refused);
+  CHECK(std::string(e.what()).find("nothing listens on that port") != std::string::npos);
   CHECK(calls == 2);
 }
 
@@ -84,12 +89,8 @@ TEST_CASE("a timeout with no refusal before it stays a timeout") {
   cm::options o;
   o.timeout = 1000ms;
   o.wait_for_listener = true;
-  try {
-    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int { throw timed_out(); });
-    FAIL("no error");
-  } catch (const rdx::error& e) {
-    CHECK(e.code() == make_error_code(rdx::errc::timed_out));
-  }
+  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int { throw timed_out(); });
+  CHECK(e.code() == make_error_code(rdx::errc::timed_out));
 }
 
 TEST_CASE("refused until the end: refused, within the timeout, every try with 200 ms or more") {
@@ -98,15 +99,11 @@ TEST_CASE("refused until the end: refused, within the timeout, every try with 20
   o.wait_for_listener = true;
   std::vector<std::chrono::milliseconds> given;
   const auto t0 = std::chrono::steady_clock::now();
-  try {
-    (void)cm::detail::retry_while_refused(o, [&](const cm::options& left) -> int {
-      given.push_back(left.timeout);
-      throw refused();
-    });
-    FAIL("no error");
-  } catch (const rdx::error& e) {
-    CHECK(e.code() == std::errc::connection_refused);
-  }
+  const rdx::error e = thrown_by(o, [&](const cm::options& left) -> int {
+    given.push_back(left.timeout);
+    throw refused();
+  });
+  CHECK(e.code() == std::errc::connection_refused);
   CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
   REQUIRE(given.size() >= 2);
   for (auto g : given) CHECK(g >= 200ms);
@@ -117,14 +114,10 @@ TEST_CASE("any other error ends it at once") {
   o.timeout = 2000ms;
   o.wait_for_listener = true;
   int calls = 0;
-  try {
-    (void)cm::detail::retry_while_refused(o, [&](const cm::options&) -> int {
-      ++calls;
-      throw rdx::error(rdx::errc::rejected, "rejected by the rdx server");
-    });
-    FAIL("no error");
-  } catch (const rdx::error& e) {
-    CHECK(e.code() == make_error_code(rdx::errc::rejected));
-  }
+  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
+    ++calls;
+    throw rdx::error(rdx::errc::rejected, "rejected by the rdx server");
+  });
+  CHECK(e.code() == make_error_code(rdx::errc::rejected));
   CHECK(calls == 1);
 }
