@@ -218,8 +218,10 @@ run_tests() {
 
 # The rdma and twonode tests again under AddressSanitizer and
 # UndefinedBehaviorSanitizer (but for rdx-doctor's reports and the soaks on a
-# worse wire, labels doctor and wire: the same library paths as other tests),
-# and the threading test under ThreadSanitizer.
+# worse wire, labels doctor and wire: the same library paths as other tests;
+# and label release_only: rdma-core's own programs, timing runs, and more
+# modes or sizes of a test the run already takes), and the threading test
+# under ThreadSanitizer.
 run_sanitizer_tests() {
   local rc=0 b="$ROOT/build/asan-ubsan" t="$ROOT/build/tsan"
   log "sanitizers: rdma and twonode tests (preset asan-ubsan), threading test (preset tsan)"
@@ -227,11 +229,11 @@ run_sanitizer_tests() {
   { cmake --preset asan-ubsan && cmake --build --preset asan-ubsan -j "$JOBS"; } >"$b.build.log" 2>&1 ||
     { tail -n 60 "$b.build.log" >&2; echo "asan-ubsan build failed; full log: $b.build.log" >&2; return 1; }
   phase_done asan-build
-  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire' --show-only=json-v1 >"$b/ctest-tests.json"
-  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire' -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
+  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' --show-only=json-v1 >"$b/ctest-tests.json"
+  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
     rc=$?
   phase_done asan-tests
-  summarize "$b/ctest-tests.json" "$b/ctest-junit.xml" "rdx test summary (preset asan-ubsan, rdma and twonode but doctor and wire)" || rc=1
+  summarize "$b/ctest-tests.json" "$b/ctest-junit.xml" "rdx test summary (preset asan-ubsan, rdma and twonode but doctor, wire and release_only)" || rc=1
   { cmake --preset tsan && cmake --build --preset tsan --target channel_threads -j "$JOBS"; } >"$t.build.log" 2>&1 ||
     { tail -n 60 "$t.build.log" >&2; echo "tsan build failed; full log: $t.build.log" >&2; return 1; }
   ctest --preset tsan -R '^threads_loopback$' --show-only=json-v1 >"$t/ctest-tests.json"

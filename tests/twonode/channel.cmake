@@ -25,6 +25,10 @@ if(RDX_BUILD_EXAMPLES)
   rdx_add_twonode_test(NAME channel_pingpong_window_64k TIMEOUT 300
     NODE0 ${_pp} --window -s 64K -n 20
     NODE1 ${_pp} --window -s 64K -n 20 $RDX_PEER_ADDR)
+  # release_only: more sizes and modes of channel_pingpong_channel; the ASan
+  # run (scripts/quickstart.sh) leaves them to release.
+  set_property(TEST channel_pingpong_channel_4k channel_pingpong_window channel_pingpong_window_64k
+    APPEND PROPERTY LABELS release_only)
   rdx_add_twonode_test(NAME channel_kv_window TIMEOUT 300
     NODE0 ${_kv} -n 64
     NODE1 ${_kv} -n 64 $RDX_PEER_ADDR)

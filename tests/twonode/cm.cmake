@@ -80,6 +80,8 @@ if(TARGET rdx::cm)
             ${_cmi} --no-such-option)
   set_tests_properties(cm_interop_help cm_interop_bad_option PROPERTIES LABELS unit)
 
+  # release_only (the interop and rdma-core tool tests below): they check the wire
+  # against rdma-core's programs; the ASan run (scripts/quickstart.sh) leaves them to release.
   # rdx::cm::connect as rdma_client against rdma-core's rdma_server (port 7471):
   # 16 bytes each way, checked by the rdx side, then rdma_server's disconnect.
   _rdx_cm_program(rdma_server cm_interop_rdx_client_rdma_server)
@@ -87,6 +89,7 @@ if(TARGET rdx::cm)
     rdx_add_twonode_test(NAME cm_interop_rdx_client_rdma_server TIMEOUT 300
       NODE0 ${_cm_retry} --expect 1 "'^rdma_server: end 0$'" 0 ${_cm_rdma_server}
       NODE1 ${_cmi} --role client --peer $RDX_PEER_ADDR --timeout 90)
+    set_property(TEST cm_interop_rdx_client_rdma_server APPEND PROPERTY LABELS release_only)
   endif()
 
   # rdx::cm::listener and request::accept as rdma_server for rdma-core's
@@ -96,6 +99,7 @@ if(TARGET rdx::cm)
     rdx_add_twonode_test(NAME cm_interop_rdma_client_rdx_server TIMEOUT 300
       NODE0 ${_cmi} --role server --peer $RDX_PEER_ADDR --timeout 120
       NODE1 ${_cm_retry} --expect 1 "'^rdma_client: end 0$'" 60 ${_cm_rdma_client} -s $RDX_PEER_ADDR)
+    set_property(TEST cm_interop_rdma_client_rdx_server APPEND PROPERTY LABELS release_only)
   endif()
 endif()
 
@@ -107,6 +111,7 @@ if(_cm_rping)
           ${_cm_rping} -s -a $RDX_NODE_ADDR -C 10 -v
     NODE1 ${_cm_retry} --expect 10 "'^ping data: rdma-ping-[0-9]+: '" 60
           ${_cm_rping} -c -a $RDX_PEER_ADDR -C 10 -v)
+  set_property(TEST cm_rping_twonode APPEND PROPERTY LABELS release_only)
 endif()
 
 # ucmatose: one connection, 10 messages each way.
@@ -115,4 +120,5 @@ if(_cm_ucmatose)
   rdx_add_twonode_test(NAME cm_ucmatose_twonode TIMEOUT 300
     NODE0 ${_cm_retry} --expect 1 "'^data transfers complete$'" 0 ${_cm_ucmatose}
     NODE1 ${_cm_retry} --expect 1 "'^data transfers complete$'" 60 ${_cm_ucmatose} -s $RDX_PEER_ADDR)
+  set_property(TEST cm_ucmatose_twonode APPEND PROPERTY LABELS release_only)
 endif()
