@@ -1,8 +1,7 @@
 // rdx benchmarks: the fabric under test (loopback: two sides in one process;
 // two nodes: this side plus a responder process reached over rdx's TCP
-// bootstrap), the two posting interfaces compared (rdx and plain verbs), and
-// the measured loops, written once and instantiated for each interface so
-// that both twins run the same algorithm on the same queue pair.
+// bootstrap) and the responders, the passive half of every run. The code
+// compared is in twins.hpp, the measured loops in loops.hpp.
 #pragma once
 
 #include <rdx/channel/channel.hpp>
@@ -13,10 +12,8 @@
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/memory_region.hpp>
-#include <rdx/verbs/post.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
-#include <rdx/verbs/work_request.hpp>
 
 #include <infiniband/verbs.h>
 
@@ -31,73 +28,13 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "common.hpp"
+#include "twins.hpp"
+
 namespace rdx_bench {
-
-using clk = std::chrono::steady_clock;
-
-enum class op : std::uint32_t {
-  write_bw,
-  read_bw,
-  send_bw,
-  write_lat,
-  read_lat,
-  send_lat,
-  // Typed channels (layer 5): remote_window writes and reads, striped over
-  // 1 or 2 queue pairs, and channel<std::byte> messages.
-  window_write_bw,
-  window_read_bw,
-  window_write_lat,
-  window_read_lat,
-  chan_send_bw,
-  chan_send_lat,
-  quit
-};
-enum class api_kind : std::uint32_t { raw, rdx };
-
-[[nodiscard]] inline std::string_view to_string(op o) noexcept {
-  switch (o) {
-    case op::write_bw: return "write_bw";
-    case op::read_bw: return "read_bw";
-    case op::send_bw: return "send_bw";
-    case op::write_lat: return "write_lat";
-    case op::read_lat: return "read_lat";
-    case op::send_lat: return "send_lat";
-    case op::window_write_bw: return "window_write_bw";
-    case op::window_read_bw: return "window_read_bw";
-    case op::window_write_lat: return "window_write_lat";
-    case op::window_read_lat: return "window_read_lat";
-    case op::chan_send_bw: return "chan_send_bw";
-    case op::chan_send_lat: return "chan_send_lat";
-    case op::quit: return "quit";
-  }
-  return "?";
-}
-[[nodiscard]] inline bool is_latency(op o) noexcept {
-  return o == op::write_lat || o == op::read_lat || o == op::send_lat || o == op::window_write_lat ||
-         o == op::window_read_lat || o == op::chan_send_lat;
-}
-
-// Queue settings shared by both twins (they post on the same queue pairs).
-inline constexpr std::uint32_t sq_depth = 256;  // rdx's default send depth
-inline constexpr std::uint32_t rq_depth = 256;
-inline constexpr int cq_depth = 1024;
-inline constexpr unsigned max_batch = 64;         // largest group posted with one doorbell
-inline constexpr unsigned lat_signal_every = 16;  // latency loops: one signaled send in 16
-inline constexpr unsigned max_qps = 2;
-
-//! A benchmark failure (a failed post or completion, a peer out of step): the
-//! benchmark reports it and stops; it is never thrown on success.
-struct failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-[[noreturn]] inline void fail(const std::string& what) {
-  throw failure(what);
-}
 
 //! One end of the fabric: one registered buffer of [rx | tx], nqp RC queue
 //! pairs, each with its own send and receive completion queue.
@@ -201,99 +138,6 @@ private:
   rdx::remote_descriptor peer_{};
 };
 
-//! One work request as the loops describe it; each interface builds its own from it.
-struct wr_desc {
-  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
-  ibv_sge sge{};
-  rdx::remote_ptr remote{};
-};
-
-// ---------------------------------------------------------------------------
-// The two interfaces. Each posts `k` copies of a request with one call (one
-// doorbell), the last one signaled when asked (carrying `id`, the number of
-// requests its completion retires), posts receives and polls.
-
-//! Plain verbs: ibv_send_wr arrays, ibv_post_send, ibv_post_recv, ibv_poll_cq.
-struct raw_api {
-  static constexpr std::string_view name = "raw";
-  using wc_type = ibv_wc;
-  static bool ok(const ibv_wc& c) noexcept { return c.status == IBV_WC_SUCCESS; }
-  static std::uint64_t id(const ibv_wc& c) noexcept { return c.wr_id; }
-  static const char* status(const ibv_wc& c) noexcept { return ::ibv_wc_status_str(c.status); }
-
-  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last,
-                  std::uint64_t id) noexcept {
-    ibv_send_wr wrs[max_batch];
-    ibv_sge sges[max_batch];
-    ibv_qp* qp = s.qp(q).native_handle();
-    const bool inl = d.opcode != IBV_WR_RDMA_READ && d.sge.length <= s.qp(q).max_inline_data();
-    for (unsigned j = 0; j < k; ++j) {
-      sges[j] = d.sge;
-      ibv_send_wr& w = wrs[j];
-      w = ibv_send_wr{};
-      w.wr_id = id;
-      w.next = j + 1 < k ? &wrs[j + 1] : nullptr;
-      w.sg_list = &sges[j];
-      w.num_sge = 1;
-      w.opcode = d.opcode;
-      w.send_flags = (signal_last && j + 1 == k ? unsigned{IBV_SEND_SIGNALED} : 0u) |
-                     (inl ? unsigned{IBV_SEND_INLINE} : 0u);
-      w.wr.rdma.remote_addr = d.remote.addr;
-      w.wr.rdma.rkey = d.remote.rkey;
-    }
-    ibv_send_wr* bad = nullptr;
-    return ::ibv_post_send(qp, wrs, &bad);
-  }
-  static int post_recv(side& s, unsigned q, ibv_sge sge) noexcept {
-    ibv_recv_wr w{};
-    w.sg_list = &sge;
-    w.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ::ibv_post_recv(s.qp(q).native_handle(), &w, &bad);
-  }
-  static int poll(rdx::completion_queue& cq, ibv_wc* out, int n) noexcept {
-    return ::ibv_poll_cq(cq.native_handle(), n, out);
-  }
-};
-
-//! rdx: typed builders, a reused send_batch, queue_pair::post_send/post_recv,
-//! completion_queue::poll.
-struct rdx_api {
-  static constexpr std::string_view name = "rdx";
-  using wc_type = rdx::completion;
-  static bool ok(const rdx::completion& c) noexcept { return c.ok(); }
-  static std::uint64_t id(const rdx::completion& c) noexcept { return c.wr_id(); }
-  static const char* status(const rdx::completion& c) noexcept { return ::ibv_wc_status_str(c.status()); }
-
-  static rdx::send_wr build(const wr_desc& d) noexcept {
-    switch (d.opcode) {
-      case IBV_WR_RDMA_READ: return rdx::wr::read(d.sge, d.remote);
-      case IBV_WR_SEND: return rdx::wr::send(d.sge);
-      default: return rdx::wr::write(d.sge, d.remote);
-    }
-  }
-  static int post(side& s, unsigned q, const wr_desc& d, unsigned k, bool signal_last,
-                  std::uint64_t id) noexcept {
-    if (k == 1) return s.qp(q).post_send(build(d).id(id).signaled(signal_last)).value();
-    // A long-lived batch, as an application keeps one per queue pair.
-    static thread_local rdx::send_batch<max_batch> batch;
-    rdx::send_wr w = build(d).id(id).unsignaled();
-    for (unsigned j = 0; j + 1 < k; ++j) (void)batch.push(w);
-    (void)batch.push(w.signaled(signal_last));
-    std::error_code ec = rdx::post(s.qp(q), batch);
-    if (ec) batch.clear();
-    return ec.value();
-  }
-  static int post_recv(side& s, unsigned q, ibv_sge sge) noexcept {
-    return s.qp(q).post_recv(rdx::wr::recv(sge)).value();
-  }
-  static int poll(rdx::completion_queue& cq, rdx::completion* out, int n) noexcept {
-    return cq.poll(std::span<rdx::completion>(out, static_cast<std::size_t>(n)));
-  }
-};
-
-// ---------------------------------------------------------------------------
-
 //! What the client asks the responder to do for one measured run.
 struct command {
   op what = op::quit;
@@ -304,21 +148,14 @@ struct command {
   std::uint32_t nqp = 1;
 };
 
+// One request at a time on a twin, kept here because the responders below use
+// them as the latency loops of loops.hpp do.
+
 //! Send-queue bookkeeping: requests posted and not yet retired by a completion.
 struct sq_credit {
   std::uint64_t outstanding = 0;
   unsigned since_signal = 0;
 };
-
-template <class Api>
-inline void check_completion(const typename Api::wc_type& c, const char* where) {
-  if (!Api::ok(c)) [[unlikely]]
-    fail(std::string(where) + ": completion with status " + Api::status(c));
-}
-inline void check_post(int rc, const char* where) {
-  if (rc != 0) [[unlikely]]
-    fail(std::string(where) + ": post failed: " + std::strerror(rc));
-}
 
 //! Polls a send CQ without waiting and retires what its completions cover.
 template <class Api>
@@ -338,7 +175,7 @@ template <class Api>
 inline void post_lat(side& s, unsigned q, const wr_desc& d, sq_credit& c, bool last) {
   while (c.outstanding + 1 >= sq_depth) reap<Api>(s, q, c);
   const bool sig = ++c.since_signal == lat_signal_every || last;
-  check_post(Api::post(s, q, d, 1, sig, c.since_signal), "post");
+  check_post(Api::post(s.qp(q), d, 1, sig, c.since_signal), "post");
   ++c.outstanding;
   if (sig) c.since_signal = 0;
 }
@@ -377,7 +214,7 @@ private:
         fail("poll receive CQ failed");
       for (int i = 0; i < n; ++i) {
         check_completion<Api>(wcs[i], "responder receive");
-        check_post(Api::post_recv(s_, q, s_.rx_sge(0, s_.region())), "responder post_recv");
+        check_post(Api::post_recv(s_.qp(q), s_.rx_sge(0, s_.region())), "responder post_recv");
         --remaining_;
         if (echo) post_lat<Api>(s_, q, {IBV_WR_SEND, s_.tx_sge(0, cmd_.size), {}}, credit_, remaining_ == 0);
       }
@@ -478,11 +315,6 @@ private:
   std::optional<rdx::channel<std::byte>> ch_;
   rdx::window_descriptor peer_[max_qps]{};
 };
-
-inline void check_op(std::error_code ec, const char* where) {
-  if (ec) [[unlikely]]
-    fail(std::string(where) + ": " + ec.message());
-}
 
 //! The passive half of a channel run: receives messages (and echoes them for latency).
 class chan_responder {
@@ -725,304 +557,5 @@ private:
   bool channel_run_ = false;
   rdx::tcp::socket sock_;
 };
-
-// ---------------------------------------------------------------------------
-// The measured loops.
-
-struct result {
-  double seconds = 0;  // whole run, first post to last completion
-  std::uint64_t bytes = 0;
-  std::vector<double> lat_us;  // per operation (latency runs), sorted
-  double wr_per_op = 0;        // connection runs: work requests posted per operation (probes included)
-  double signaled_per_op = 0;  // connection runs: signaled work requests per operation
-};
-
-//! Bandwidth: keeps `depth` requests in flight on queue pair 0, posted in
-//! groups of depth/4 (one doorbell, last one signaled), until `count` completed.
-template <class Api>
-inline result run_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count) {
-  side& s = f.client();
-  wr_desc d;
-  switch (o) {
-    case op::write_bw: d = {IBV_WR_RDMA_WRITE, s.tx_sge(0, size), s.peer_rx()}; break;
-    case op::read_bw: d = {IBV_WR_RDMA_READ, s.rx_sge(0, size), s.peer_tx()}; break;
-    default: d = {IBV_WR_SEND, s.tx_sge(0, size), {}}; break;
-  }
-  const unsigned group = std::max(1u, std::min(depth / 4, max_batch));
-  const command c{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, depth, 1};
-  f.begin<Api>(c);
-  std::uint64_t posted = 0;
-  std::uint64_t done = 0;
-  typename Api::wc_type wcs[16];
-  const auto t0 = clk::now();
-  while (done < count) {
-    while (posted < count) {
-      const auto g = static_cast<unsigned>(std::min<std::uint64_t>(group, count - posted));
-      if (posted - done + g > depth) break;
-      check_post(Api::post(s, 0, d, g, true, g), "post");
-      posted += g;
-    }
-    int n = Api::poll(s.scq(0), wcs, 16);
-    if (n < 0) [[unlikely]]
-      fail("poll send CQ failed");
-    for (int i = 0; i < n; ++i) {
-      check_completion<Api>(wcs[i], "send CQ");
-      done += Api::id(wcs[i]);
-    }
-    if (o == op::send_bw) f.progress<Api>();
-  }
-  const auto t1 = clk::now();
-  f.end<Api>();
-  return {std::chrono::duration<double>(t1 - t0).count(), count * size, {}};
-}
-
-//! Latency: `count` operations one at a time. Write and send are ping-pongs
-//! (the peer answers in kind; half the round trip is reported), read is one
-//! round trip.
-template <class Api>
-inline result run_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
-  side& s = f.client();
-  const command c{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, 1, 1};
-  result r;
-  r.lat_us.resize(count);
-  sq_credit credit;
-  typename Api::wc_type wcs[1];
-  f.begin<Api>(c);
-  const auto start = clk::now();
-  for (std::uint64_t i = 1; i <= count; ++i) {
-    const bool last = i == count;
-    const auto t0 = clk::now();
-    double scale = 0.5;
-    if (o == op::write_lat) {
-      s.set_tx_tail(size, i);
-      post_lat<Api>(s, 0, {IBV_WR_RDMA_WRITE, s.tx_sge(0, size), s.peer_rx()}, credit, last);
-      while (s.rx_tail(size) != i) {
-        f.progress<Api>();
-        reap<Api>(s, 0, credit);
-      }
-    } else if (o == op::send_lat) {
-      post_lat<Api>(s, 0, {IBV_WR_SEND, s.tx_sge(0, size), {}}, credit, last);
-      for (;;) {
-        int n = Api::poll(s.rcq(0), wcs, 1);
-        if (n < 0) [[unlikely]]
-          fail("poll receive CQ failed");
-        if (n == 1) break;
-        f.progress<Api>();
-        reap<Api>(s, 0, credit);
-      }
-      check_completion<Api>(wcs[0], "receive CQ");
-      check_post(Api::post_recv(s, 0, s.rx_sge(0, s.region())), "post_recv");
-    } else {
-      scale = 1.0;
-      check_post(Api::post(s, 0, {IBV_WR_RDMA_READ, s.rx_sge(0, size), s.peer_tx()}, 1, true, 1), "post");
-      int n = 0;
-      while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {}
-      if (n < 0) [[unlikely]]
-        fail("poll send CQ failed");
-      check_completion<Api>(wcs[0], "send CQ");
-    }
-    r.lat_us[i - 1] = std::chrono::duration<double, std::micro>(clk::now() - t0).count() * scale;
-  }
-  const auto stop = clk::now();
-  while (credit.outstanding != 0) reap<Api>(s, 0, credit);
-  f.end<Api>();
-  r.seconds = std::chrono::duration<double>(stop - start).count();
-  r.bytes = count * size;
-  std::sort(r.lat_us.begin(), r.lat_us.end());
-  return r;
-}
-
-// --- channel runs -----------------------------------------------------------
-
-//! remote_window bandwidth: `depth` operations in flight on a connection of
-//! `qps` queue pairs (large transfers striped in 512 KiB chunks).
-inline result run_window_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count,
-                            unsigned qps) {
-  chan_side& cs = f.client_chan();
-  rdx::remote_window<std::byte, win_rights> w(cs.conn(qps), cs.peer_window(qps));
-  const rdx::local_span<std::byte> local = cs.local(size);
-  auto ring = std::make_unique<std::optional<rdx::operation>[]>(depth);
-  rdx::connection& conn = cs.conn(qps);
-  const std::uint64_t posted0 = conn.posted_count(), signaled0 = conn.signaled_count();
-  f.begin<rdx_api>(command{o, api_kind::rdx, size, count, depth, qps});
-  const auto t0 = clk::now();
-  for (std::uint64_t i = 0; i < count; ++i) {
-    auto& slot = ring[i % depth];
-    if (slot) {
-      check_op(slot->wait(), "window");
-      slot.reset();
-    }
-    if (o == op::window_write_bw)
-      slot = w.write(local, 0);
-    else
-      slot = w.read(local, 0);
-  }
-  for (unsigned j = 0; j < depth; ++j) {
-    if (ring[j]) check_op(ring[j]->wait(), "window");
-  }
-  const auto t1 = clk::now();
-  f.end<rdx_api>();
-  result r{std::chrono::duration<double>(t1 - t0).count(), count * size, {}};
-  r.wr_per_op = static_cast<double>(conn.posted_count() - posted0) / static_cast<double>(count);
-  r.signaled_per_op = static_cast<double>(conn.signaled_count() - signaled0) / static_cast<double>(count);
-  return r;
-}
-
-//! The plain-verbs twin of run_window_bw: the same chunks (512 KiB, aligned in
-//! the remote address space), round-robin over `qps` queue pairs of the same
-//! depth, one request per post, signaled every depth/4 per queue pair.
-template <class Api>
-inline result run_stripe_bw(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count,
-                            unsigned qps) {
-  side& s = f.client();
-  const bool write = o == op::window_write_bw;
-  const rdx::remote_ptr base = write ? s.peer_rx() : s.peer_tx();
-  constexpr std::uint64_t chunk = 512 * 1024;
-  struct piece {
-    std::uint64_t off, len;
-  };
-  std::vector<piece> pieces;
-  for (std::uint64_t pos = 0; pos < size;) {
-    const std::uint64_t len = std::min<std::uint64_t>(size - pos, chunk - (base.addr + pos) % chunk);
-    pieces.push_back({pos, len});
-    pos += len;
-  }
-  const std::uint64_t total = count * pieces.size();
-  const std::uint64_t window = std::uint64_t{depth} * pieces.size();
-  const unsigned group = std::max(1u, depth / 4);
-  std::uint64_t last_on[max_qps] = {};
-  for (unsigned q = 0; q < qps; ++q) last_on[q] = total - 1 - ((total - 1 + qps - q) % qps);
-  unsigned since[max_qps] = {};
-  typename Api::wc_type wcs[16];
-  f.begin<Api>(
-      command{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, depth, qps});
-  std::uint64_t posted = 0, done = 0;
-  const auto t0 = clk::now();
-  while (done < total) {
-    while (posted < total && posted - done < window) {
-      const piece& p = pieces[posted % pieces.size()];
-      const auto q = static_cast<unsigned>(posted % qps);
-      const wr_desc d = write ? wr_desc{IBV_WR_RDMA_WRITE, s.tx_sge(p.off, p.len), base + p.off}
-                              : wr_desc{IBV_WR_RDMA_READ, s.rx_sge(p.off, p.len), base + p.off};
-      const bool sig = ++since[q] >= group || posted == last_on[q];
-      check_post(Api::post(s, q, d, 1, sig, since[q]), "post");
-      if (sig) since[q] = 0;
-      ++posted;
-    }
-    for (unsigned q = 0; q < qps; ++q) {
-      int n = Api::poll(s.scq(q), wcs, 16);
-      if (n < 0) [[unlikely]]
-        fail("poll send CQ failed");
-      for (int i = 0; i < n; ++i) {
-        check_completion<Api>(wcs[i], "send CQ");
-        done += Api::id(wcs[i]);
-      }
-    }
-  }
-  const auto t1 = clk::now();
-  f.end<Api>();
-  return {std::chrono::duration<double>(t1 - t0).count(), count * size, {}};
-}
-
-//! One operation at a time: remote_window write or read completion (rdx), or
-//! a signaled write or read polled to completion (the plain-verbs twin).
-template <class Api>
-inline result run_window_lat(fabric& f, op o, std::size_t size, std::uint64_t count) {
-  const bool write = o == op::window_write_lat;
-  result r;
-  r.lat_us.resize(count);
-  f.begin<Api>(command{o, std::is_same_v<Api, rdx_api> ? api_kind::rdx : api_kind::raw, size, count, 1, 1});
-  const auto start = clk::now();
-  if constexpr (std::is_same_v<Api, rdx_api>) {
-    chan_side& cs = f.client_chan();
-    rdx::remote_window<std::byte, win_rights> w(cs.conn(1), cs.peer_window(1));
-    const rdx::local_span<std::byte> local = cs.local(size);
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const auto t0 = clk::now();
-      if (write)
-        check_op(w.write(local, 0).wait(), "window write");
-      else
-        check_op(w.read(local, 0).wait(), "window read");
-      r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
-    }
-  } else {
-    side& s = f.client();
-    const wr_desc d = write ? wr_desc{IBV_WR_RDMA_WRITE, s.tx_sge(0, size), s.peer_rx()}
-                            : wr_desc{IBV_WR_RDMA_READ, s.rx_sge(0, size), s.peer_tx()};
-    typename Api::wc_type wc[1];
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const auto t0 = clk::now();
-      check_post(Api::post(s, 0, d, 1, true, 1), "post");
-      int n = 0;
-      while ((n = Api::poll(s.scq(0), wc, 1)) == 0) {}
-      if (n < 0) [[unlikely]]
-        fail("poll send CQ failed");
-      check_completion<Api>(wc[0], "send CQ");
-      r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
-    }
-  }
-  const auto stop = clk::now();
-  f.end<Api>();
-  r.seconds = std::chrono::duration<double>(stop - start).count();
-  r.bytes = count * size;
-  std::sort(r.lat_us.begin(), r.lat_us.end());
-  return r;
-}
-
-//! channel<std::byte> messages: a stream with `depth` sends in flight, or a
-//! ping-pong (half the round trip reported). Twin: send_bw / send_lat.
-inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count) {
-  chan_side& cs = f.client_chan();
-  auto& ch = cs.channel();
-  const std::span<const std::byte> msg(cs.buffer(size));
-  const std::span<std::byte> dst(cs.buffer(size));
-  result r;
-  f.begin<rdx_api>(command{o, api_kind::rdx, size, count, depth, 1});
-  const auto start = clk::now();
-  if (o == op::chan_send_lat) {
-    r.lat_us.resize(count);
-    std::optional<rdx::operation> tx;  // the previous ping, retired lazily as the raw twin does
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const auto t0 = clk::now();
-      if (tx) {
-        check_op(tx->wait(), "channel send");
-        tx.reset();
-      }
-      tx = ch.send(msg);
-      rdx::operation rx = ch.receive(dst);
-      while (!rx.test()) f.progress<rdx_api>();
-      check_op(rx.error(), "channel receive");
-      r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count() * 0.5;
-    }
-    if (tx) check_op(tx->wait(), "channel send");
-  } else {
-    auto ring = std::make_unique<std::optional<rdx::operation>[]>(depth);
-    for (std::uint64_t i = 0; i < count; ++i) {
-      auto& slot = ring[i % depth];
-      if (slot) {
-        check_op(slot->wait(), "channel send");
-        slot.reset();
-      }
-      // Loopback: the receiver is this thread, so let it take messages and
-      // return credits before the next send (which would otherwise be
-      // deferred until the slot's wait drives both sides).
-      while (ch.credits() == 0) {
-        f.progress<rdx_api>();
-        ch.conn().progress();
-      }
-      slot = ch.send(msg);
-      if (f.is_loopback()) f.progress<rdx_api>();
-    }
-    for (unsigned j = 0; j < depth; ++j) {
-      if (ring[j]) check_op(ring[j]->wait(), "channel send");
-    }
-  }
-  const auto stop = clk::now();
-  f.end<rdx_api>();
-  r.seconds = std::chrono::duration<double>(stop - start).count();
-  r.bytes = count * size;
-  std::sort(r.lat_us.begin(), r.lat_us.end());
-  return r;
-}
 
 }  // namespace rdx_bench

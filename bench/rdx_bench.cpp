@@ -1,5 +1,6 @@
 // rdx benchmarks: every rdx figure next to its plain-verbs twin from the same
-// run, on the same queue pairs and sizes, with the ratio as a counter.
+// run, on the same queue pairs and sizes, with the ratio as a counter. The
+// code compared is twins.hpp; loops.hpp runs it, fabric.hpp sets it up.
 //
 //   fabric/<op>/<api>/size:<bytes>[/depth:<n>]   RDMA write, read, send: bandwidth, latency
 //   micro/<what>/<api>[/batch:<n>]               the data path's own cost
@@ -17,7 +18,10 @@
 #include <map>
 #include <numeric>
 
+#include "common.hpp"
 #include "fabric.hpp"
+#include "loops.hpp"
+#include "twins.hpp"
 
 namespace rdx_bench {
 namespace {
@@ -313,7 +317,7 @@ void micro_post_poll(benchmark::State& state, unsigned k, std::string key) {
     typename Api::wc_type wcs[1];
     const auto t0 = clk::now();
     for (auto _ : state) {
-      check_post(Api::post(s, 0, d, k, true, k), "post");
+      check_post(Api::post(s.qp(0), d, k, true, k), "post");
       int n = 0;
       while ((n = Api::poll(s.scq(0), wcs, 1)) == 0) {}
       if (n < 0) fail("poll failed");
