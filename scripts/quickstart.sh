@@ -33,7 +33,7 @@ PACKAGES=(
   build-essential file cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib libxxhash-dev
   libibverbs-dev librdmacm-dev libssl-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
-  clang-14 libclang-rt-14-dev doxygen
+  clang-14 libclang-rt-14-dev doxygen valgrind
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -219,9 +219,9 @@ run_tests() {
 # The rdma and twonode tests again under AddressSanitizer and
 # UndefinedBehaviorSanitizer (but for rdx-doctor's reports and the soaks on a
 # worse wire, labels doctor and wire: the same library paths as other tests;
-# and label release_only: rdma-core's own programs, timing runs, and more
-# modes or sizes of a test the run already takes), and the threading test
-# under ThreadSanitizer.
+# and label release_only: rdma-core's own programs, timing runs, more modes
+# or sizes of a test the run already takes, and a test whose deadline ASan
+# under emulation overruns), and the threading test under ThreadSanitizer.
 run_sanitizer_tests() {
   local rc=0 b="$ROOT/build/asan-ubsan" t="$ROOT/build/tsan"
   log "sanitizers: rdma and twonode tests (preset asan-ubsan), threading test (preset tsan)"
