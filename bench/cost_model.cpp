@@ -40,12 +40,14 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -66,6 +68,11 @@ template <class T>
 void keep(T& v) noexcept {
   asm volatile("" : : "r"(&v) : "memory");
 }
+
+// The operations measured, in the order they run (--only names them).
+constexpr const char* operations[] = {"build",        "post",        "poll",
+                                      "window_write", "window_read", "fetch_add",
+                                      "compare_swap", "channel_64",  "channel_4k"};
 
 struct options {
   unsigned iterations = 256;
@@ -120,7 +127,13 @@ options parse(int argc, char** argv) {
       std::size_t at = 0;
       while (at <= v.size()) {
         const std::size_t comma = std::min(v.find(',', at), v.size());
-        o.only.push_back(v.substr(at, comma - at));
+        const std::string name = v.substr(at, comma - at);
+        if (std::find(std::begin(operations), std::end(operations), name) == std::end(operations)) {
+          std::fprintf(stderr, "rdx_cost_model: --only %s: no operation \"%s\" (see --help)\n", v.c_str(),
+                       name.c_str());
+          usage(2);
+        }
+        o.only.push_back(name);
         at = comma + 1;
       }
     } else {
@@ -208,7 +221,7 @@ struct fixture {
 }
 
 // One pass: `step(measure)` runs one operation; it returns false when its
-// completion was not there yet (late). Returns the passes' late count.
+// completion was not there yet (late), and a pass with a late one is rerun.
 class runner {
 public:
   explicit runner(const options& o) : o_(o) {}

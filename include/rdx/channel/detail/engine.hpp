@@ -172,8 +172,8 @@ protected:
   bool failed_ = false;
   bool closing_ = false;
   std::error_code failure_{};
-  char failure_text_[256] =
-      {};  // the failure in detail: what arrived, who disconnected, what stalled (no allocation)
+  // The failure in detail: what arrived, who disconnected, what stalled (no allocation).
+  char failure_text_[256] = {};
   thread_check thread_;
   grant_base* grants_ = nullptr;          // intrusive list of this connection's grants
   access granted_ = access::none;         // the union of their rights
