@@ -53,6 +53,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -97,6 +98,7 @@ struct report {
   std::uint64_t lost;            // sequence gaps
   std::uint64_t duplicates;      // sequence repeats
   std::uint64_t first_received;  // messages taken on the failed connection before (expect-failure)
+  std::uint64_t counters[std::size(counter_names)];  // the server's hw_counter rises, in counter_names' order
 };
 
 struct options {
@@ -119,6 +121,7 @@ struct options {
   std::uint64_t expect_min_us = 0;  // client: every operation took at least this long (a delay on the wire)
   std::vector<std::pair<std::string, std::uint64_t>> expect_counters;  // NAME[+NAME...]:N
   std::vector<std::string> expect_zero;                                // NAME[+NAME...]
+  std::vector<std::pair<std::string, std::uint64_t>> expect_both;      // client: over both nodes
   std::uint64_t stall_at = 0, stall_for_ms = 0;  // server: stop taking messages at message N, for MS
   std::uint64_t expect_stall_ms = 0;             // client: a send must wait out the server's stall
   double progress_s = 60;                        // client: a progress line this often
@@ -140,6 +143,8 @@ struct options {
       "  --label NAME            first field of the RESULT line (default soak)\n"
       "  --device NAME           RDMA device whose hw_counters are reported (default $RDX_DEVICE)\n"
       "  --expect C[+C...]:N     fail unless those hw_counters rose by at least N together (repeatable)\n"
+      "  --expect-both C[+C...]:N   client: the same over both nodes (this one's and the\n"
+      "                          server's rises, from its report; repeatable)\n"
       "  --expect-none C[+C...]  fail if any of those hw_counters rose (repeatable)\n"
       "  --expect-min-us US      client: fail unless every operation took at least US (a delay)\n"
       "  --expect-failure        client: the connection must fail (see below), then reconnect\n"
@@ -223,6 +228,11 @@ options parse(int argc, char** argv) {
       const std::size_t at = e.rfind(':');
       if (at == std::string::npos) usage(2);
       o.expect_counters.emplace_back(e.substr(0, at), std::stoull(e.substr(at + 1)));
+    } else if (a == "--expect-both") {
+      const std::string e = val();
+      const std::size_t at = e.rfind(':');
+      if (at == std::string::npos) usage(2);
+      o.expect_both.emplace_back(e.substr(0, at), std::stoull(e.substr(at + 1)));
     } else if (a == "--expect-none") {
       o.expect_zero.push_back(val());
     } else if (a == "--stall-at") {
@@ -306,6 +316,7 @@ struct totals {
   std::uint64_t bytes = 0, ops = 0, mismatches = 0, lost = 0, duplicates = 0;
   samples msg, write, read;
   clk::time_point started = clk::now();
+  std::map<std::string, std::uint64_t> peer_rises;  // client: the server's hw_counter rises
 };
 
 // The connection of one session, and what both roles keep on it.
@@ -403,6 +414,26 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
     }
     return d;
   };
+  auto peer_rose = [&](const std::string& name) {
+    std::uint64_t d = 0;
+    for (std::size_t p = 0; p <= name.size();) {
+      const std::size_t e = std::min(name.find('+', p), name.size());
+      if (const auto r = t.peer_rises.find(name.substr(p, e - p)); r != t.peer_rises.end()) d += r->second;
+      p = e + 1;
+    }
+    return d;
+  };
+  for (const auto& [name, least] : o.expect_both) {
+    const std::uint64_t mine = rose(name);
+    const std::uint64_t theirs = peer_rose(name);
+    if (mine + theirs < least) {
+      std::fprintf(stderr,
+                   "soak: expected %s to rise by at least %" PRIu64 " over both nodes, it rose by %" PRIu64
+                   " here and %" PRIu64 " on the server\n",
+                   name.c_str(), least, mine, theirs);
+      counters_ok = false;
+    }
+  }
   for (const auto& name : o.expect_zero) {
     if (const std::uint64_t d = rose(name); d != 0) {
       std::fprintf(stderr, "soak: expected %s not to rise, it rose by %" PRIu64 "\n", name.c_str(), d);
@@ -443,7 +474,8 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
 
 // Serves one session until the client's k_end; returns false when the
 // connection failed first (then t.received counts what arrived before).
-bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std::uint64_t first_received) {
+bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std::uint64_t first_received,
+           const std::map<std::string, std::uint64_t>& before) {
   rdx_test::kill_at killer(o.kill_at);
   for (;;) {
     auto r = s.ch.receive(std::span<std::byte>(s.rx));
@@ -475,7 +507,13 @@ bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std
       if (a.wait(120s)) return false;
     } else if (h.kind == k_end) {
       if (h.aux > s.rx_seq) t.lost += h.aux - s.rx_seq;  // messages that never came after the last one seen
-      const report rep{received, t.mismatches, t.lost, t.duplicates, first_received};
+      report rep{received, t.mismatches, t.lost, t.duplicates, first_received, {}};
+      const auto now = counters_now(o);
+      for (std::size_t i = 0; i < std::size(counter_names); ++i) {
+        const auto a = now.find(counter_names[i]);
+        const auto b = before.find(counter_names[i]);
+        if (a != now.end() && b != before.end()) rep.counters[i] = a->second - b->second;
+      }
       auto f = s.send(header{.kind = k_final, .length = sizeof rep, .hash = xxh(&rep, sizeof rep)}, &rep);
       if (f.wait(120s)) return false;
       rdx::tcp::barrier(s.sock, 60s);
@@ -495,7 +533,7 @@ int run_server(const options& o) {
   if (!o.after_kill) {
     session s(pd, o, true, o.port);
     std::uint64_t received = 0;
-    if (serve(s, o, t, received, 0)) return result(o, "server", t, before);
+    if (serve(s, o, t, received, 0, before)) return result(o, "server", t, before);
     // The connection failed: take what had arrived before (a receive started
     // after the failure still takes a message that had arrived), then serve
     // the reconnection.
@@ -517,7 +555,7 @@ int run_server(const options& o) {
   session s2(pd, o, true, static_cast<std::uint16_t>(o.port + 1));
   totals t2;
   std::uint64_t received = 0;
-  require(serve(s2, o, t2, received, first_received),
+  require(serve(s2, o, t2, received, first_received, before),
           "the reconnected session failed: " + s2.conn.failure_message());
   t2.mismatches += t.mismatches;
   t2.duplicates += t.duplicates;
@@ -775,6 +813,8 @@ void take_report(totals& t, const report& rep) {
   t.mismatches += rep.mismatches;
   t.lost += rep.lost;
   t.duplicates += rep.duplicates;
+  for (std::size_t i = 0; i < std::size(counter_names); ++i)
+    t.peer_rises[counter_names[i]] += rep.counters[i];
 }
 
 int run_client(const options& o) {
