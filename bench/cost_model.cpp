@@ -22,6 +22,7 @@
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/post.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/work_request.hpp>
@@ -322,10 +323,11 @@ void run(const options& o) {
   const rdx::remote_ptr peer = rdx::at(b.mr.remote());
   const rdx::local_span<std::byte> local(f.local);
 
-  // Building a work request (nothing posted): an RDMA write of one SGE.
+  // Building a work request (nothing posted): an RDMA write of one SGE, into
+  // an array (raw) or a send_batch's storage (rdx, emplace).
   if (r.wanted("build")) {
     static ibv_send_wr raw[16];
-    static rdx::send_wr built[16];
+    static rdx::send_batch<16> built;
     unsigned at = 0;
     r.pass("raw", "build", [&](bool m) {
       collect(m);
@@ -343,10 +345,15 @@ void run(const options& o) {
       return true;
     });
     r.pass("rdx", "build", [&](bool m) {
+      if (built.full()) built.clear();
+      ++at;
       collect(m);
-      rdx::send_wr& w = built[at++ % 16];
-      w = rdx::wr::write(sge64, peer).id(at);
-      keep(w);
+      (void)built.emplace([&]() noexcept {
+        rdx::send_wr w = rdx::wr::write(sge64, peer);
+        w.id(at);
+        return w;
+      });
+      keep(built);
       collect(m);
       return true;
     });

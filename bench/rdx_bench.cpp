@@ -296,8 +296,13 @@ void micro_build(benchmark::State& state, std::string key) {
     } else {
       static rdx::send_batch<k> batch;
       batch.clear();
-      for (unsigned j = 0; j < k; ++j)
-        (void)batch.push(rdx::wr::write(sge, rp + j * 8).id(j).signaled(j + 1 == k));
+      for (unsigned j = 0; j < k; ++j) {
+        (void)batch.emplace([&]() noexcept {
+          rdx::send_wr w = rdx::wr::write(sge, rp + j * 8);
+          w.id(j).signaled(j + 1 == k);
+          return w;
+        });
+      }
       benchmark::DoNotOptimize(batch);
     }
     benchmark::ClobberMemory();

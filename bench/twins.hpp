@@ -72,7 +72,7 @@ struct raw_api {
   }
 };
 
-//! rdx: typed builders, a reused send_batch, queue_pair::post_send/post_recv,
+//! rdx: typed builders, a reused send_batch filled in place, queue_pair::post_send/post_recv,
 //! completion_queue::poll.
 struct rdx_api {
   static constexpr std::string_view name = "rdx";
@@ -93,9 +93,13 @@ struct rdx_api {
     if (k == 1) return qp.post_send(build(d).id(id).signaled(signal_last)).value();
     // A long-lived batch, as an application keeps one per queue pair.
     static thread_local rdx::send_batch<max_batch> batch;
-    rdx::send_wr w = build(d).id(id).unsignaled();
-    for (unsigned j = 0; j + 1 < k; ++j) (void)batch.push(w);
-    (void)batch.push(w.signaled(signal_last));
+    for (unsigned j = 0; j < k; ++j) {
+      (void)batch.emplace([&]() noexcept {
+        rdx::send_wr w = build(d);
+        w.id(id).signaled(signal_last && j + 1 == k);
+        return w;
+      });
+    }
     std::error_code ec = rdx::post(qp, batch);
     if (ec) batch.clear();
     return ec.value();

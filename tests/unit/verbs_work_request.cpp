@@ -185,3 +185,41 @@ TEST_CASE("a remote endpoint is checked before it reaches the device") {
   bad.mtu = static_cast<ibv_mtu>(0);  // within the enum's range, not an MTU
   CHECK_THROWS_WITH(rdx::detail::check_remote_endpoint(bad, true), Catch::Contains("mtu"));
 }
+
+TEST_CASE("emplace builds a request in the batch's own storage") {
+  rdx::send_batch<3> b;
+  int calls = 0;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    CHECK(b.emplace([&]() noexcept {
+      ++calls;
+      rdx::send_wr w = rdx::wr::write(sge(0x1000 + i, 8 + i), {0x9000 + i, 0x77});
+      w.id(i).signaled(i == 2);
+      return w;
+    }));
+  }
+  CHECK(calls == 3);
+  CHECK(b.full());
+  // Full: refused, and make() is not called.
+  CHECK_FALSE(b.emplace([&]() noexcept {
+    ++calls;
+    return rdx::wr::send(sge(0x5000, 8));
+  }));
+  CHECK(calls == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto* lo = reinterpret_cast<const std::byte*>(&b[i]);
+    const auto* sg = reinterpret_cast<const std::byte*>(b[i].native().sg_list);
+    CHECK((sg >= lo && sg < lo + sizeof(rdx::send_wr)));  // its SGE is inside its own slot
+    CHECK(b[i].sgl()[0].addr == 0x1000 + i);
+    CHECK(b[i].sgl()[0].length == 8 + i);
+    CHECK(b[i].native().wr.rdma.remote_addr == 0x9000 + i);
+    CHECK(b[i].wr_id() == i);
+    CHECK(((b[i].flags() & IBV_SEND_SIGNALED) != 0) == (i == 2));
+  }
+  // A slot used before is rebuilt in place after clear().
+  b.clear();
+  CHECK(b.emplace([]() noexcept { return rdx::wr::read(sge(0x7000, 64), {0xa000, 0x88}); }));
+  CHECK(b[0].opcode() == IBV_WR_RDMA_READ);
+  CHECK(b[0].sgl()[0].addr == 0x7000);
+  CHECK(b[0].native().sg_list == &b[0].sgl()[0]);
+  CHECK(b[0].wr_id() == 0);
+}

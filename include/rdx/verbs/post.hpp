@@ -6,13 +6,18 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
+#include <new>
 #include <span>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 namespace rdx {
 
-//! Up to N work requests built in place and posted with one ibv_post_send or
-//! ibv_post_recv (one doorbell). No allocation: storage is inline.
+//! Up to N work requests posted with one ibv_post_send or ibv_post_recv (one
+//! doorbell). No allocation: storage is inline. emplace() builds a request in
+//! that storage; push() copies one built elsewhere.
 template <class Wr, std::size_t N>
 class basic_batch {
 public:
@@ -23,6 +28,23 @@ public:
       return false;
     }
     wrs_[size_++] = w;
+    return true;
+  }
+  //! Builds the next request in place from make(), a builder call such as
+  //! [&] { return wr::write(sge, to); }: its result is constructed in the
+  //! batch's storage, never built elsewhere and copied. False (make() not
+  //! called) when the batch is full.
+  template <class Make>
+  [[nodiscard]] bool emplace(Make&& make) noexcept(std::is_nothrow_invocable_v<Make>) {
+    static_assert(std::is_same_v<std::invoke_result_t<Make>, Wr>, "make() returns the request by value");
+    static_assert(std::is_trivially_destructible_v<Wr>);
+    if (size_ == N) {
+      return false;
+    }
+    Wr* slot = &wrs_[size_];
+    std::destroy_at(slot);
+    ::new (static_cast<void*>(slot)) Wr(std::forward<Make>(make)());
+    ++size_;
     return true;
   }
   //! Empties the batch (post() does it after a successful post).

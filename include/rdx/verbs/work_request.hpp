@@ -104,12 +104,7 @@ public:
   //! A request of kind op over one SGE, copied in; signaled, with ctx as wr_id (what rdx::wr
   //! builds on).
   static send_wr make(ibv_wr_opcode op, const ibv_sge& one, const void* ctx) noexcept {
-    send_wr w;
-    w.sge_ = one;
-    w.wr_.sg_list = &w.sge_;
-    w.wr_.num_sge = 1;
-    w.init(op, ctx);
-    return w;
+    return send_wr(op, one, ctx);
   }
   //! A request of kind op over sgl, which is referenced and must outlive the post; signaled,
   //! with ctx as wr_id.
@@ -158,6 +153,19 @@ public:
   }
 
 private:
+  // Each field written once, in place (make's result is this object).
+  send_wr(ibv_wr_opcode op, const ibv_sge& one, const void* ctx) noexcept
+      : wr_{.wr_id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ctx)),
+            .next = nullptr,
+            .sg_list = &sge_,
+            .num_sge = 1,
+            .opcode = op,
+            .send_flags = IBV_SEND_SIGNALED,
+            .imm_data = 0,
+            .wr = {},
+            .qp_type = {},
+            .bind_mw = {}},
+        sge_(one) {}
   void init(ibv_wr_opcode op, const void* ctx) noexcept {
     wr_.opcode = op;
     wr_.send_flags = IBV_SEND_SIGNALED;
@@ -276,55 +284,79 @@ namespace wr {
 //! Send with 32-bit immediate data (host order; the receiver reads completion::imm()).
 [[nodiscard]] inline send_wr send_imm(const ibv_sge& src, std::uint32_t imm,
                                       const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
+  send_wr w = send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx);
+  w.imm(imm);
+  return w;
 }
 //! Send with immediate data (host order), gathered from an SGL.
 [[nodiscard]] inline send_wr send_imm(std::span<const ibv_sge> src, std::uint32_t imm,
                                       const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx).imm(imm);
+  send_wr w = send_wr::make(IBV_WR_SEND_WITH_IMM, src, ctx);
+  w.imm(imm);
+  return w;
 }
 //! RDMA write of src's bytes to the peer's memory at dst; the peer gets no completion.
 [[nodiscard]] inline send_wr write(const ibv_sge& src, remote_ptr dst, const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
+  send_wr w = send_wr::make(IBV_WR_RDMA_WRITE, src, ctx);
+  w.remote(dst);
+  return w;
 }
 //! RDMA write gathered from an SGL.
 [[nodiscard]] inline send_wr write(std::span<const ibv_sge> src, remote_ptr dst,
                                    const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_WRITE, src, ctx).remote(dst);
+  send_wr w = send_wr::make(IBV_WR_RDMA_WRITE, src, ctx);
+  w.remote(dst);
+  return w;
 }
 //! RDMA write that also consumes a receive at the peer, carrying imm (host order).
 [[nodiscard]] inline send_wr write_imm(const ibv_sge& src, remote_ptr dst, std::uint32_t imm,
                                        const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
+  send_wr w = send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx);
+  w.remote(dst);
+  w.imm(imm);
+  return w;
 }
 //! RDMA write with immediate data, gathered from an SGL.
 [[nodiscard]] inline send_wr write_imm(std::span<const ibv_sge> src, remote_ptr dst, std::uint32_t imm,
                                        const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx).remote(dst).imm(imm);
+  send_wr w = send_wr::make(IBV_WR_RDMA_WRITE_WITH_IMM, src, ctx);
+  w.remote(dst);
+  w.imm(imm);
+  return w;
 }
 //! RDMA read of the peer's memory at src into dst.
 [[nodiscard]] inline send_wr read(const ibv_sge& dst, remote_ptr src, const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
+  send_wr w = send_wr::make(IBV_WR_RDMA_READ, dst, ctx);
+  w.remote(src);
+  return w;
 }
 //! RDMA read scattered into an SGL.
 [[nodiscard]] inline send_wr read(std::span<const ibv_sge> dst, remote_ptr src,
                                   const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_RDMA_READ, dst, ctx).remote(src);
+  send_wr w = send_wr::make(IBV_WR_RDMA_READ, dst, ctx);
+  w.remote(src);
+  return w;
 }
 //! Atomically adds add to the 8-byte remote word; the old value lands in old_value (8 bytes).
 [[nodiscard]] inline send_wr fetch_add(const ibv_sge& old_value, remote_ptr target, std::uint64_t add,
                                        const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_ATOMIC_FETCH_AND_ADD, old_value, ctx).atomic(target, add, 0);
+  send_wr w = send_wr::make(IBV_WR_ATOMIC_FETCH_AND_ADD, old_value, ctx);
+  w.atomic(target, add, 0);
+  return w;
 }
 //! Atomically replaces the 8-byte remote word with desired if it equals expected;
 //! the old value lands in old_value (8 bytes).
 [[nodiscard]] inline send_wr compare_swap(const ibv_sge& old_value, remote_ptr target, std::uint64_t expected,
                                           std::uint64_t desired, const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_ATOMIC_CMP_AND_SWP, old_value, ctx).atomic(target, expected, desired);
+  send_wr w = send_wr::make(IBV_WR_ATOMIC_CMP_AND_SWP, old_value, ctx);
+  w.atomic(target, expected, desired);
+  return w;
 }
 //! Invalidates a type 2 memory window's rkey locally (the window stops granting access).
 [[nodiscard]] inline send_wr local_invalidate(std::uint32_t rkey, const void* ctx = nullptr) noexcept {
-  return send_wr::make(IBV_WR_LOCAL_INV, std::span<const ibv_sge>(), ctx).invalidate(rkey);
+  send_wr w = send_wr::make(IBV_WR_LOCAL_INV, std::span<const ibv_sge>(), ctx);
+  w.invalidate(rkey);
+  return w;
 }
 //! Receive into dst: the next send (or write with immediate) from the peer consumes it.
 [[nodiscard]] inline recv_wr recv(const ibv_sge& dst, const void* ctx = nullptr) noexcept {
