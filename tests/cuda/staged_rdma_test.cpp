@@ -17,36 +17,64 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
 
-// The staging pipeline's chunking and callbacks, with memcpy for the GPU copies.
+// The staging pipeline's chunking and callbacks, with memcpy for the GPU
+// copies (each done when it returns): the same refill and release order as
+// rdx::cuda::staging_pipeline. poll_slots: refill a slot as soon as its write
+// is done (slot_done), or only when a chunk needs it (wait_slot).
 class host_pipeline {
 public:
-  explicit host_pipeline(const rdx::cuda::staging_options& o)
-      : opt_(o), bounce_(std::make_unique<std::byte[]>(o.chunk_bytes * o.depth)) {}
+  explicit host_pipeline(const rdx::cuda::staging_options& o, bool poll_slots = false)
+      : opt_(o), bounce_(std::make_unique<std::byte[]>(o.chunk_bytes * o.depth)), poll_(poll_slots) {}
   [[nodiscard]] const rdx::cuda::staging_options& options() const noexcept { return opt_; }
   [[nodiscard]] std::span<std::byte> bounce_buffers() const noexcept {
     return {bounce_.get(), opt_.chunk_bytes * opt_.depth};
   }
   template <class Sink>
   rdx::cuda::transfer_stats send(const void* src, std::size_t bytes, Sink&& sink) {
+    using S = std::remove_reference_t<Sink>;
     const std::size_t n = count(bytes);
+    std::size_t next = 0;
+    const auto fill = [&] {
+      const auto c = chunk(next++, n, bytes);
+      std::memcpy(c.host.data(), static_cast<const std::byte*>(src) + c.offset, c.host.size());
+    };
+    while (next < n && next < opt_.depth) fill();
     for (std::size_t i = 0; i < n; ++i) {
       const auto c = chunk(i, n, bytes);
-      std::memcpy(c.host.data(), static_cast<const std::byte*>(src) + c.offset, c.host.size());
+      if constexpr (rdx::cuda::slot_waiter<S>) {
+        if (next == i) {
+          sink.wait_slot(c.slot);
+          fill();
+        }
+      }
       sink(c);
+      if constexpr (!rdx::cuda::slot_waiter<S>) {
+        if (next < n) fill();
+      } else if constexpr (rdx::cuda::slot_poller<S>) {
+        while (poll_ && next < n && next <= i + opt_.depth && sink.slot_done(next % opt_.depth)) fill();
+      }
     }
     return {rdx::cuda::gpu_path::staged, bytes, n, 0};
   }
   template <class Source>
   rdx::cuda::transfer_stats receive(void* dst, std::size_t bytes, Source&& source) {
+    using S = std::remove_reference_t<Source>;
     const std::size_t n = count(bytes);
+    std::size_t released = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const auto c = chunk(i, n, bytes);
       source(c);
       std::memcpy(static_cast<std::byte*>(dst) + c.offset, c.host.data(), c.host.size());
+      if constexpr (rdx::cuda::slot_releaser<S>) {
+        for (; released <= i; ++released) {
+          if (released + opt_.depth < n) source.slot_released(released);
+        }
+      }
     }
     return {rdx::cuda::gpu_path::staged, bytes, n, 0};
   }
@@ -68,6 +96,7 @@ private:
   }
   rdx::cuda::staging_options opt_;
   std::unique_ptr<std::byte[]> bounce_;
+  bool poll_;
 };
 static_assert(rdx::cuda::chunk_pipeline<host_pipeline>);
 
@@ -89,14 +118,15 @@ struct side {
   rdx::queue_pair qp;
   host_pipeline pipe;
   rdx::memory_region bounce;
-  side(const rdx::context& ctx, const rdx::protection_domain& pd, const rdx::cuda::staging_options& o)
+  side(const rdx::context& ctx, const rdx::protection_domain& pd, const rdx::cuda::staging_options& o,
+       bool poll_slots = false)
       : send_cq(ctx, 64),
         recv_cq(ctx, 64),
         qp(pd, send_cq, recv_cq,
            rdx::queue_pair_attr{.max_send_wr = 16,
                                 .max_recv_wr = static_cast<std::uint32_t>(o.depth + 8),
                                 .remote_access = rdx::access::remote_write}),
-        pipe(o),
+        pipe(o, poll_slots),
         bounce(pd, pipe.bounce_buffers(), rdx::access::local_write | rdx::access::remote_write) {}
 };
 
@@ -111,13 +141,14 @@ std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
 TEST_CASE("staged transfers arrive whole, both ways, over one queue pair", "[rdma]") {
   const std::size_t chunk = GENERATE(std::size_t{4096}, std::size_t{16384});
   const std::size_t depth = GENERATE(std::size_t{2}, std::size_t{3});
+  const bool poll_slots = GENERATE(false, true);
   const rdx::cuda::staging_options opt{.chunk_bytes = chunk, .depth = depth};
-  INFO("chunk " << chunk << " depth " << depth);
+  INFO("chunk " << chunk << " depth " << depth << (poll_slots ? ", slots polled" : ", slots waited for"));
 
   auto ctx = rdx::context::open_default();
   rdx::protection_domain pd(ctx);
-  side a(ctx, pd, opt);
-  side b(ctx, pd, opt);
+  side a(ctx, pd, opt, poll_slots);
+  side b(ctx, pd, opt, poll_slots);
   a.qp.connect(b.qp.local_endpoint());
   b.qp.connect(a.qp.local_endpoint());
   rdx::cuda::staged_rdma ra(a.qp, a.send_cq, a.recv_cq, a.bounce, b.bounce.remote(), opt,
@@ -149,11 +180,15 @@ TEST_CASE("staged transfers arrive whole, both ways, over one queue pair", "[rdm
   });
   std::exception_ptr a_error;
   std::vector<std::vector<std::byte>> back;
+  std::vector<std::uint32_t> peaks;
   try {
     std::uint64_t seed = 40;
     for (std::size_t n : sizes) {
       const auto msg = pattern(n, ++seed);
       ra.send(a.pipe, msg.data(), n);
+      // Pipelined: the first depth chunks' writes are all posted before the
+      // first is waited for (slots polled: as many as had not completed).
+      if (!poll_slots && n >= chunk * depth) peaks.push_back(ra.peak_in_flight());
       std::vector<std::byte> got(n);
       ra.receive(a.pipe, got.data(), n);
       back.push_back(std::move(got));
@@ -169,6 +204,8 @@ TEST_CASE("staged transfers arrive whole, both ways, over one queue pair", "[rdm
     std::rethrow_exception(b_error);
   }
 
+  for (const std::uint32_t p : peaks) CHECK(p >= depth);
+  CHECK(peaks.size() == (poll_slots ? 0u : 2u));
   REQUIRE(echoed.size() == sizes.size());
   REQUIRE(back.size() == sizes.size());
   std::uint64_t seed = 40;
@@ -195,4 +232,34 @@ TEST_CASE("staged_rdma refuses mismatched pipelines and short peer buffers", "[r
   REQUIRE_THROWS_WITH(r.send(other, buf.data(), buf.size()), Catch::Contains("chunk size or depth"));
   host_pipeline same_shape(opt);  // right shape, but not the registered bounce buffers
   REQUIRE_THROWS_WITH(r.send(same_shape, buf.data(), buf.size()), Catch::Contains("not the pipeline's"));
+}
+
+TEST_CASE("a receiver that never hands a slot back ends the send in time, and the object after it",
+          "[rdma]") {
+  const rdx::cuda::staging_options opt{.chunk_bytes = 4096, .depth = 2};
+  auto ctx = rdx::context::open_default();
+  rdx::protection_domain pd(ctx);
+  side a(ctx, pd, opt);
+  side b(ctx, pd, opt);
+  a.qp.connect(b.qp.local_endpoint());
+  b.qp.connect(a.qp.local_endpoint());
+  rdx::cuda::staged_rdma ra(a.qp, a.send_cq, a.recv_cq, a.bounce, b.bounce.remote(), opt,
+                            std::chrono::seconds(1));
+  rdx::cuda::staged_rdma rb(b.qp, b.send_cq, b.recv_cq, b.bounce, a.bounce.remote(), opt);
+  ra.post_receives();
+  rb.post_receives();  // b takes the writes but never runs receive(): no slot comes back
+  const auto msg = pattern(5 * 4096, 7);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_THROWS_WITH(ra.send(a.pipe, msg.data(), msg.size()),
+                      Catch::Contains("slot credit for chunk 2") && Catch::Contains("no completion in time"));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= std::chrono::milliseconds(900));
+  CHECK(took < std::chrono::seconds(5));
+  CHECK(ra.peak_in_flight() >= 2);  // chunks 0 and 1 were both in flight before the wait
+  // The protocol state is lost: the object refuses further transfers, naming why.
+  REQUIRE_THROWS_WITH(ra.send(a.pipe, msg.data(), msg.size()), Catch::Contains("an earlier transfer"));
+  std::vector<std::byte> got(msg.size());
+  REQUIRE_THROWS_WITH(ra.receive(a.pipe, got.data(), got.size()), Catch::Contains("an earlier transfer"));
+  // The two writes that went out landed whole in b's bounce slots.
+  REQUIRE(std::memcmp(b.pipe.bounce_buffers().data(), msg.data(), 2 * 4096) == 0);
 }

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace rdx::cuda {
 
@@ -79,37 +80,52 @@ public:
   }
 
   //! Sends device (or pipeline) bytes [src, src + bytes) to the peer's
-  //! receive() of the same size.
-  //! @throws rdx::error on a timeout, a failed completion or a protocol error
+  //! receive() of the same size. Up to depth chunk writes are in flight at
+  //! once, overlapping with the pipeline's copies of the next chunks: a write
+  //! is waited for only before its bounce slot is refilled (the pipeline's
+  //! wait_slot) and at the end, when every write has completed.
+  //! @throws rdx::error on a timeout, a failed completion or a protocol error;
+  //!         the object is unusable afterwards (its writes may still be posted)
   template <chunk_pipeline P>
   transfer_stats send(P& pipe, const void* src, std::size_t bytes) {
     check_pipeline(pipe);
-    return pipe.send(src, bytes, [&](const staged_chunk& c) {
-      if (c.index >= opt_.depth) {
-        (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
-      }
-      const std::size_t off = c.slot * opt_.chunk_bytes;
-      auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
-      post_and_wait(wr, "write of chunk", c.index);
-    });
+    usable("send");
+    peak_ = 0;
+    try {
+      writer w{*this};
+      transfer_stats st = pipe.send(src, bytes, w);
+      drain("write of chunk", st.chunks == 0 ? 0 : st.chunks - 1);
+      return st;
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
   }
 
-  //! Receives the peer's send() of bytes into [dst, dst + bytes).
+  //! Receives the peer's send() of bytes into [dst, dst + bytes). Each
+  //! slot credit goes out as soon as the pipeline says the slot is free (the
+  //! copy of the chunk it held has finished), without a wait; all have
+  //! completed on return.
   template <chunk_pipeline P>
   transfer_stats receive(P& pipe, void* dst, std::size_t bytes) {
     check_pipeline(pipe);
-    return pipe.receive(dst, bytes, [&](const staged_chunk& c) {
-      if (c.index >= opt_.depth) {
-        auto wr = wr::send_imm(std::span<const ibv_sge>{}, credit_tag(c.index));
-        post_and_wait(wr, "slot credit for chunk", c.index);
-      }
-      const completion done = expect(data_tag(c.index), "chunk", c.index);
-      if (done.byte_len() != c.host.size()) {
-        fail("chunk", c.index,
-             std::to_string(done.byte_len()) + " bytes arrived, expected " + std::to_string(c.host.size()));
-      }
-    });
+    usable("receive");
+    peak_ = 0;
+    try {
+      reader r{*this};
+      transfer_stats st = pipe.receive(dst, bytes, r);
+      drain("slot credit for chunk", st.chunks == 0 ? 0 : st.chunks - 1);
+      return st;
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
   }
+
+  //! The most requests (chunk writes, slot credits) posted and not yet
+  //! completed at once during the last send() or receive(): up to depth
+  //! (plus one that asks for a completion) when the pipeline overlaps.
+  [[nodiscard]] std::uint32_t peak_in_flight() const noexcept { return peak_; }
 
   //! The immediate of the write that carries chunk i: 0x80000000 | i (i's low 31 bits).
   static constexpr std::uint32_t data_tag(std::size_t i) noexcept {
@@ -159,36 +175,111 @@ private:
     }
     return c;
   }
-  // Posts w through the send-queue engine and waits until it retires.
-  void post_and_wait(send_wr& w, const char* what, std::size_t chunk) {
-    if (failed_) fail(what, chunk, "an earlier request of this queue pair failed");
-    while (!sq_.has_room()) retire_one(what, chunk);
-    const std::uint64_t seq = sq_.posted_count();  // the sequence number this post gets
-    if (auto ec = sq_.post(w, this, 1)) fail(what, chunk, "post: " + ec.message());
-    if (!sq_.cover()) fail(what, chunk, "post of the request that signals it");
-    std::error_code status;
-    bool done = false;
-    while (!done) {
-      retire_one(what, chunk, [&](const sq_record& r, std::error_code ec) {
-        if (r.seq == seq) {
-          done = true;
-          status = ec;
-        }
-      });
+  // The pipeline's sink: writes a chunk, and waits for a slot's write
+  // before the pipeline refills that slot.
+  struct writer {
+    staged_rdma& s;
+    void operator()(const staged_chunk& c) { s.write_chunk(c); }
+    void wait_slot(std::size_t slot) { s.wait_slot(slot); }
+    bool slot_done(std::size_t slot) { return s.slot_done(slot); }
+  };
+  // The pipeline's source: waits for a chunk's write; hands a slot back to
+  // the sender once the pipeline has copied the chunk out of it.
+  struct reader {
+    staged_rdma& s;
+    void operator()(const staged_chunk& c) { s.read_chunk(c); }
+    void slot_released(std::size_t chunk) { s.release_slot(chunk); }
+  };
+  void read_chunk(const staged_chunk& c) {
+    const completion done = expect(data_tag(c.index), "chunk", c.index);
+    if (done.byte_len() != c.host.size()) {
+      fail("chunk", c.index,
+           std::to_string(done.byte_len()) + " bytes arrived, expected " + std::to_string(c.host.size()));
     }
-    if (status) fail(what, chunk, status.message());
   }
-  template <class F = void (*)(const sq_record&, std::error_code)>
-  void retire_one(
-      const char* what, std::size_t chunk, F&& f = [](const sq_record&, std::error_code) {}) {
+  // Chunk k's slot is free: the sender may write chunk k + depth into it.
+  void release_slot(std::size_t k) {
+    const std::size_t i = k + opt_.depth;
+    auto wr = wr::send_imm(std::span<const ibv_sge>{}, credit_tag(i));
+    (void)post(wr, "slot credit for chunk", i, false);
+  }
+  // Whether the write last posted from slot has completed, without waiting.
+  bool slot_done(std::size_t slot) {
+    const slot_write& w = slots_[slot];
+    if (!w.posted || sq_.find(w.seq) == nullptr) return true;
+    completion c[4];
+    const int got = send_cq_.poll(std::span<completion>(c));
+    if (got < 0) fail("write of chunk", w.chunk, "ibv_poll_cq failed");
+    for (int k = 0; k < got; ++k) retire(c[k]);
+    if (error_) fail("write of chunk", error_chunk_, error_.message());
+    return sq_.find(w.seq) == nullptr;
+  }
+  void write_chunk(const staged_chunk& c) {
+    if (c.index >= opt_.depth) {
+      (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
+    }
+    const std::size_t off = c.slot * opt_.chunk_bytes;
+    auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
+    // Signaled: its own completion frees the slot (slot_done, wait_slot).
+    slots_[c.slot] = slot_write{post(wr, "write of chunk", c.index, true), c.index, true};
+  }
+  void wait_slot(std::size_t slot) {
+    slot_write& w = slots_[slot];
+    if (!w.posted) return;
+    w.posted = false;
+    if (sq_.find(w.seq) == nullptr) return;
+    if (!sq_.cover()) fail("write of chunk", w.chunk, "post of the request that signals it");
+    while (sq_.find(w.seq) != nullptr) retire_one("write of chunk", w.chunk);
+    if (error_) fail("write of chunk", error_chunk_, error_.message());
+  }
+  void usable(const char* what) const {
+    if (failed_) {
+      rdx::detail::throw_rdx(errc::operation_failed, std::string("staged transfer: ") + what +
+                                                         ": an earlier transfer on this queue pair failed");
+    }
+  }
+  // Posts w through the send-queue engine (room made by retiring what has
+  // completed) and returns its sequence number; the caller waits later.
+  std::uint64_t post(send_wr& w, const char* what, std::size_t chunk, bool signaled) {
+    while (!sq_.has_room()) {
+      if (!sq_.cover()) fail(what, chunk, "post of the request that signals it");
+      retire_one(what, chunk);
+    }
+    if (error_) fail(what, error_chunk_, error_.message());
+    const std::uint64_t seq = sq_.next_seq();
+    const auto aux = static_cast<std::uint32_t>(chunk);
+    if (auto ec = signaled ? sq_.post_signaled(w, this, 1, aux) : sq_.post(w, this, 1, aux)) {
+      fail(what, chunk, "post: " + ec.message());
+    }
+    peak_ = std::max(peak_, sq_.outstanding());
+    return seq;
+  }
+  // Waits until everything posted has completed.
+  void drain(const char* what, std::size_t chunk) {
+    for (auto& w : slots_) w.posted = false;
+    if (sq_.outstanding() != 0 && !sq_.cover()) fail(what, chunk, "post of the request that signals it");
+    while (sq_.outstanding() != 0) retire_one(what, chunk);
+    if (error_) fail(what, error_chunk_, error_.message());
+  }
+  // Takes one send completion and retires what it covers; the first failed
+  // request is remembered (error_, error_chunk_).
+  void retire_one(const char* what, std::size_t chunk) {
     completion c{};
     const std::error_code ec = poll_one(send_cq_, c, timeout_);
     if (ec) {
       fail(what, chunk,
            ec == errc::timed_out ? "no completion in time (has the peer stopped?)" : ec.message());
     }
-    sq_.retire(c, failed_, f);
-    if (!c.ok()) failed_ = true;
+    retire(c);
+  }
+  void retire(const completion& c) {
+    sq_.retire(c, qp_failed_, [&](const sq_record& r, std::error_code e) {
+      if (e && !error_) {
+        error_ = e;
+        error_chunk_ = r.aux;
+      }
+    });
+    if (!c.ok()) qp_failed_ = true;
   }
   completion expect(std::uint32_t imm, const char* what, std::size_t chunk) {
     completion c = wait(recv_cq_, what, chunk);
@@ -209,7 +300,19 @@ private:
   staging_options opt_;
   std::chrono::milliseconds timeout_;
   send_queue sq_;
-  bool failed_ = false;
+  // The write last posted from each bounce slot (send), so that the slot is
+  // refilled only once that write has completed.
+  struct slot_write {
+    std::uint64_t seq = 0;
+    std::size_t chunk = 0;
+    bool posted = false;
+  };
+  std::vector<slot_write> slots_ = std::vector<slot_write>(opt_.depth);
+  std::uint32_t peak_ = 0;
+  std::error_code error_;        // the first request that failed
+  std::size_t error_chunk_ = 0;  // its chunk
+  bool qp_failed_ = false;       // a completion failed: later ones are flushes
+  bool failed_ = false;          // a transfer threw: the protocol state is lost
 };
 
 }  // namespace rdx::cuda

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace rdx::cuda {
@@ -52,32 +53,47 @@ public:
 
   //! Sender half: copies device bytes [src, src + bytes) to host chunk by
   //! chunk, handing each to sink as soon as it is there, while the next
-  //! chunks' copies run.
+  //! chunks' copies run. A slot_waiter sink's writes run on after it returns:
+  //! a slot is refilled only when a chunk needs it (after wait_slot), or, with
+  //! a slot_poller, as soon as slot_done says its write has completed.
   //! @throws rdx::cuda::cuda_error for a failed copy; whatever sink throws
   template <chunk_sink Sink>
   transfer_stats send(const void* device_src, std::size_t bytes, Sink&& sink) {
+    using S = std::remove_reference_t<Sink>;
     device_guard g(opt_.device);
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t n = chunk_count(bytes);
     const auto* src = static_cast<const std::byte*>(device_src);
-    const auto enqueue = [&](std::size_t i) {
-      const staged_chunk c = chunk(i, n, bytes);
+    std::size_t next = 0;  // the next chunk whose copy to host is not enqueued yet
+    const auto enqueue = [&] {
+      const staged_chunk c = chunk(next++, n, bytes);
       RDX_CUDA_TRY(cudaMemcpyAsync(c.host.data(), src + c.offset, c.host.size(), cudaMemcpyDeviceToHost,
                                    stream_.native_handle()));
       events_[c.slot].record(stream_);
     };
-    for (std::size_t i = 0; i < n && i < opt_.depth; ++i) {
-      enqueue(i);
+    while (next < n && next < opt_.depth) {
+      enqueue();
     }
     for (std::size_t i = 0; i < n; ++i) {
       const staged_chunk c = chunk(i, n, bytes);
+      if constexpr (slot_waiter<S>) {
+        if (next == i) {  // its slot still holds chunk i - depth's write
+          sink.wait_slot(c.slot);
+          enqueue();
+        }
+      }
       events_[c.slot].synchronize();
       sink(c);
-      if (const std::size_t next = i + opt_.depth; next < n) {
-        if constexpr (slot_waiter<Sink>) {
-          sink.wait_slot(c.slot);
+      if constexpr (!slot_waiter<S>) {
+        if (next < n) {
+          enqueue();  // the sink is done with the slot: chunk i + depth goes in
         }
-        enqueue(next);
+      } else if constexpr (slot_poller<S>) {
+        // Only slots whose chunk has gone to the sink (chunk next - depth <= i):
+        // a slot further on holds a chunk not yet written.
+        while (next < n && next <= i + opt_.depth && sink.slot_done(next % opt_.depth)) {
+          enqueue();
+        }
       }
     }
     return finish(bytes, n, t0);
@@ -85,23 +101,47 @@ public:
 
   //! Receiver half: for each chunk, has source fill its bounce buffer, then
   //! copies it to device bytes [dst, dst + bytes) while the next chunks land.
-  //! Returns once every byte is in device memory.
+  //! A slot_releaser source is told as soon as each copy has finished (its
+  //! slot may take the chunk depth later). Returns once every byte is in
+  //! device memory.
   template <chunk_source Source>
   transfer_stats receive(void* device_dst, std::size_t bytes, Source&& source) {
+    using S = std::remove_reference_t<Source>;
     device_guard g(opt_.device);
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t n = chunk_count(bytes);
     auto* dst = static_cast<std::byte*>(device_dst);
+    std::size_t released = 0;  // chunks whose slot has gone back (slot_releaser)
+    const auto release = [&] {
+      if constexpr (slot_releaser<S>) {
+        if (released + opt_.depth < n) {
+          source.slot_released(released);
+        }
+      }
+      ++released;
+    };
     for (std::size_t i = 0; i < n; ++i) {
       const staged_chunk c = chunk(i, n, bytes);
       // The copy that last read this slot must be done before it is refilled.
       if (i >= opt_.depth) {
-        events_[c.slot].synchronize();
+        if constexpr (slot_releaser<S>) {
+          while (released + opt_.depth <= i) {
+            events_[released % opt_.depth].synchronize();
+            release();
+          }
+        } else {
+          events_[c.slot].synchronize();
+        }
       }
       source(c);
       RDX_CUDA_TRY(cudaMemcpyAsync(dst + c.offset, c.host.data(), c.host.size(), cudaMemcpyHostToDevice,
                                    stream_.native_handle()));
       events_[c.slot].record(stream_);
+      if constexpr (slot_releaser<S>) {
+        while (released <= i && events_[released % opt_.depth].ready()) {
+          release();
+        }
+      }
     }
     stream_.synchronize();
     return finish(bytes, n, t0);

@@ -52,10 +52,29 @@ template <class F>
 concept chunk_source = std::invocable<F&, const staged_chunk&>;
 
 //! A sink that lets its RDMA writes run on after it returns names
-//! wait_slot(slot): the pipeline calls it before refilling that bounce buffer.
+//! wait_slot(slot): the pipeline calls it before refilling that bounce buffer,
+//! and refills a slot only when a chunk needs it, so that up to depth writes
+//! are in flight while the next copy runs.
 template <class F>
 concept slot_waiter = requires(F& f, std::size_t slot) {
   f.wait_slot(slot);
+};
+
+//! A slot_waiter that can also say, without waiting, whether the write from a
+//! slot has completed (slot_done(slot)): the pipeline then refills each slot as
+//! soon as it is free, so copies overlap the writes in flight too.
+template <class F>
+concept slot_poller = slot_waiter<F> && requires(F& f, std::size_t slot) {
+  { f.slot_done(slot) } -> std::convertible_to<bool>;
+};
+
+//! A source that hands bounce slots back to the sender itself names
+//! slot_released(k): the pipeline calls it, in order, as soon as chunk k's copy
+//! to the GPU has finished and its slot may take chunk k + depth (only for
+//! chunks that have one), before it asks for chunk k + depth.
+template <class F>
+concept slot_releaser = requires(F& f, std::size_t chunk_index) {
+  f.slot_released(chunk_index);
 };
 
 //! What the network side needs of a staging pipeline: its options, its
