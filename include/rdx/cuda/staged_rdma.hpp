@@ -89,17 +89,10 @@ public:
   template <chunk_pipeline P>
   transfer_stats send(P& pipe, const void* src, std::size_t bytes) {
     check_pipeline(pipe);
-    usable("send");
-    peak_ = 0;
-    try {
+    return guarded("send", "write of chunk", [&] {
       writer w{*this};
-      transfer_stats st = pipe.send(src, bytes, w);
-      drain("write of chunk", st.chunks == 0 ? 0 : st.chunks - 1);
-      return st;
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
+      return pipe.send(src, bytes, w);
+    });
   }
 
   //! Receives the peer's send() of bytes into [dst, dst + bytes). Each
@@ -109,17 +102,10 @@ public:
   template <chunk_pipeline P>
   transfer_stats receive(P& pipe, void* dst, std::size_t bytes) {
     check_pipeline(pipe);
-    usable("receive");
-    peak_ = 0;
-    try {
+    return guarded("receive", "slot credit for chunk", [&] {
       reader r{*this};
-      transfer_stats st = pipe.receive(dst, bytes, r);
-      drain("slot credit for chunk", st.chunks == 0 ? 0 : st.chunks - 1);
-      return st;
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
+      return pipe.receive(dst, bytes, r);
+    });
   }
 
   //! The most requests (chunk writes, slot credits) posted and not yet
@@ -174,6 +160,21 @@ private:
       fail(what, chunk, c.error().message());
     }
     return c;
+  }
+  // Runs one transfer and waits for all it posted; a throw leaves the
+  // object refusing further transfers (the protocol state is lost).
+  template <class F>
+  transfer_stats guarded(const char* what, const char* last_request, F&& run) {
+    usable(what);
+    peak_ = 0;
+    try {
+      transfer_stats st = run();
+      drain(last_request, st.chunks == 0 ? 0 : st.chunks - 1);
+      return st;
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
   }
   // The pipeline's sink: writes a chunk, and waits for a slot's write
   // before the pipeline refills that slot.
