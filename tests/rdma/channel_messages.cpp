@@ -84,6 +84,45 @@ TEST_CASE("channel send and receive, order and data checked") {
   CHECK_FALSE(p.b.failed());
 }
 
+TEST_CASE("buffers of messages taken in one poll are reposted with one doorbell") {
+  pair p(rdx::connection_attr{.recv_depth = 16, .message_size = 256}, no_rnr_retry());
+  rdx::channel<record> tx(p.a), rx(p.b);
+  const auto calls0 = p.b.receive_doorbells();
+  const auto bufs0 = p.b.receives_reposted();
+  // Eight receives wait; eight messages arrive before the receiver polls.
+  std::vector<rdx::receive_operation<record>> rs;
+  rs.reserve(8);
+  for (int i = 0; i < 8; ++i) rs.push_back(rx.receive());
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    auto s = tx.send(make_record(i));
+    REQUIRE(s.wait(20s) == std::error_code{});  // acknowledged: it is in b's completion queue
+  }
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(rs[i].wait(20s) == std::error_code{});
+    CHECK(same(rs[i].value(), make_record(i)));
+  }
+  CHECK(p.b.receives_reposted() - bufs0 == 8);
+  CHECK(p.b.receive_doorbells() - calls0 == 1);  // one ibv_post_recv for all eight
+  // A message taken on its own (its receive started after it arrived) is
+  // reposted at once, and the credits all came back: the ring is whole.
+  auto s = tx.send(make_record(8));
+  REQUIRE(s.wait(20s) == std::error_code{});
+  auto r = rx.receive();
+  REQUIRE(r.wait(20s) == std::error_code{});
+  CHECK(r.value().seq == 8);
+  CHECK(p.b.receives_reposted() - bufs0 == 9);
+  CHECK(p.b.receive_doorbells() - calls0 == 2);
+  for (std::uint64_t i = 9; i < 60; ++i) {  // more than the ring: reposted buffers take them
+    auto si = tx.send(make_record(i));
+    auto ri = rx.receive();
+    REQUIRE(ri.wait(20s) == std::error_code{});
+    CHECK(ri.value().seq == i);
+    REQUIRE(si.wait(20s) == std::error_code{});
+  }
+  CHECK_FALSE(p.a.failed());
+  CHECK_FALSE(p.b.failed());
+}
+
 TEST_CASE("oversize and empty messages are refused before posting") {
   pair p(rdx::connection_attr{.recv_depth = 4, .message_size = 64});
   rdx::channel<std::uint64_t> tx(p.a), rx(p.b);

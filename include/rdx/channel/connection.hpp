@@ -113,6 +113,11 @@ public:
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return engine::signaled_count(); }
   //! Work requests posted so far (all queue pairs), signaled or not.
   [[nodiscard]] std::uint64_t posted_count() const noexcept { return engine::posted_count(); }
+  //! Receive buffers reposted after their messages were taken.
+  [[nodiscard]] std::uint64_t receives_reposted() const noexcept { return ring_.reposted(); }
+  //! ibv_post_recv calls that reposted them: one doorbell for every buffer
+  //! taken in one poll of the completion queue.
+  [[nodiscard]] std::uint64_t receive_doorbells() const noexcept { return ring_.repost_calls(); }
   //! Messages received and not yet taken.
   [[nodiscard]] std::uint32_t messages_waiting() const noexcept { return ring_.messages_waiting(); }
   //! Messages this side may still send before the peer returns credits.

@@ -24,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <span>
 
 namespace rdx::detail {
 
@@ -65,6 +67,8 @@ public:
         rx_(std::make_unique<rx_entry[]>(depth)),
         messages_(depth),
         notes_(depth),
+        repost_(std::make_unique<std::uint32_t[]>(depth)),
+        chain_(std::make_unique<recv_wr[]>(depth)),
         control_(pd, 2, access::local_write) {}
 
   [[nodiscard]] std::uint32_t depth() const noexcept { return depth_; }
@@ -82,6 +86,44 @@ public:
     }
     return ec;
   }
+  //! Queues buffer i (its message was taken) for post_queued().
+  void queue_repost(std::uint32_t i) noexcept { repost_[queued_++] = i; }
+  //! Buffers queued for reposting.
+  [[nodiscard]] std::uint32_t queued() const noexcept { return queued_; }
+  //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell),
+  //! each built in place in the ring's own chain.
+  //! @param posted_now set to how many were posted (all, or those before the failed one)
+  [[nodiscard]] std::error_code post_queued(queue_pair& qp, std::uint32_t& posted_now) noexcept {
+    posted_now = 0;
+    if (queued_ == 0) return {};
+    ++repost_calls_;
+    if (queued_ == 1) {  // the usual case at a low message rate: no chain to build
+      queued_ = 0;
+      const std::error_code ec = post(qp, repost_[0]);
+      posted_now = ec ? 0 : 1;
+      reposted_ += posted_now;
+      return ec;
+    }
+    for (std::uint32_t k = 0; k < queued_; ++k) {
+      const std::uint32_t i = repost_[k];
+      recv_wr* slot = &chain_[k];
+      std::destroy_at(slot);
+      ::new (static_cast<void*>(slot)) recv_wr(wr::recv(buf_.sge(std::size_t{i} * size_, size_)));
+      slot->id(i);
+    }
+    std::size_t bad = 0;
+    const std::error_code ec = qp.post_recv(std::span<recv_wr>(chain_.get(), queued_), &bad);
+    posted_now = ec ? static_cast<std::uint32_t>(bad) : queued_;
+    reposted_ += posted_now;
+    for (std::uint32_t k = 0; k < posted_now; ++k) rx_[repost_[k]].posted = true;
+    posted_ += posted_now;
+    queued_ = 0;
+    return ec;
+  }
+  //! ibv_post_recv calls of post_queued (one doorbell each).
+  [[nodiscard]] std::uint64_t repost_calls() const noexcept { return repost_calls_; }
+  //! Buffers post_queued reposted in them.
+  [[nodiscard]] std::uint64_t reposted() const noexcept { return reposted_; }
   //! Receives posted and not yet completed (flushed ones included).
   [[nodiscard]] std::uint32_t posted() const noexcept { return posted_; }
 
@@ -136,7 +178,7 @@ public:
     reported_ = consumed_;
     return consumed_;
   }
-  void count_consumed() noexcept { ++consumed_; }
+  void count_consumed(std::uint32_t n = 1) noexcept { consumed_ += n; }
   [[nodiscard]] bool report_due() const noexcept {
     const std::uint32_t owed = consumed_ - reported_;
     return owed != 0 && owed >= std::max<std::uint32_t>(1, depth_ / 4);
@@ -158,6 +200,10 @@ private:
   registered_buffer<std::byte> buf_;
   std::unique_ptr<rx_entry[]> rx_;
   index_fifo messages_, notes_;
+  std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
+  std::unique_ptr<recv_wr[]> chain_;         // their receives, built in place
+  std::uint32_t queued_ = 0;
+  std::uint64_t repost_calls_ = 0, reposted_ = 0;
   registered_buffer<std::uint64_t> control_;  // [0] our count, sent; [1] the peer's, written by it
   std::uint32_t posted_ = 0;
   std::uint32_t sent_ = 0;        // messages and notifications sent

@@ -67,7 +67,9 @@ inline void engine::resume_ready() noexcept {
   }
 }
 
-// Hands queued messages and notifications to waiting receives, in order.
+// Hands queued messages and notifications to waiting receives, in order;
+// the buffers they were copied out of are reposted together at the end (of
+// the poll, when called from one).
 inline void engine::deliver() noexcept {
   while (!receives_.empty() && ring_.messages_waiting() > 0) {
     operation& op = *receives_.pop();
@@ -90,6 +92,7 @@ inline void engine::deliver() noexcept {
     consume(i);
     complete(op);
   }
+  if (polling_ == 0 && ring_.queued() != 0) repost_consumed();
   if (failed_) {
     // Nothing more will arrive: waiting receives end with the failure.
     while (!receives_.empty()) {
@@ -105,12 +108,22 @@ inline void engine::deliver() noexcept {
   }
 }
 
-// Reposts a taken buffer and counts it; credits go back piggybacked on the
-// next message, or by an RDMA write of the count once a quarter is owed.
+// A taken buffer, queued for its repost (repost_consumed).
 inline void engine::consume(std::uint32_t i) noexcept {
   if (failed_) return;
-  if (std::error_code ec = ring_.post(qps_[0], i)) return fail(ec);
-  ring_.count_consumed();
+  ring_.queue_repost(i);
+}
+
+// Reposts the taken buffers with one doorbell and counts them; credits go
+// back piggybacked on the next message, or by an RDMA write of the count once
+// a quarter is owed. Only reposted buffers count: the peer's credits never
+// run ahead of the receives posted (no receiver-not-ready).
+inline void engine::repost_consumed() noexcept {
+  if (failed_) return;
+  std::uint32_t n = 0;
+  const std::error_code ec = ring_.post_queued(qps_[0], n);
+  ring_.count_consumed(n);
+  if (ec) return fail(ec);
   if (ring_.report_due() && connected_) report_credits();
 }
 

@@ -158,6 +158,7 @@ protected:
   bounded_awaiter_base* bounded_ = nullptr;  // intrusive list of suspended bounded awaits
   std::array<completion, 32> cq_buf_{};
   int cq_head_ = 0, cq_count_ = 0;
+  int polling_ = 0;  // poll_once calls under way: receive reposts wait for the outermost's end
   remote_descriptor peer_credit_{};
   connect_options opt_{};
   std::uint64_t rr_ = 0;
@@ -193,6 +194,7 @@ protected:
   inline void resume_ready() noexcept;
   inline void deliver() noexcept;
   inline void consume(std::uint32_t i) noexcept;
+  inline void repost_consumed() noexcept;
   inline void report_credits() noexcept;
   inline void housekeeping(std::chrono::steady_clock::time_point now) noexcept;
   inline void check_stall(std::chrono::steady_clock::time_point now) noexcept;
@@ -382,11 +384,14 @@ inline int engine::poll_once() noexcept {
   // Each completion is taken off the buffer before it is handled, so a
   // nested poll (a coroutine resumed here polls again) keeps the order.
   int handled = 0;
+  ++polling_;
   while (cq_head_ < cq_count_) {
     const completion c = cq_buf_[cq_head_++];
     dispatch(c);
     ++handled;
   }
+  // The buffers of every message delivered in this poll go back with one doorbell.
+  if (--polling_ == 0 && ring_.queued() != 0) repost_consumed();
   return handled;
 }
 
