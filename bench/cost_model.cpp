@@ -71,9 +71,9 @@ void keep(T& v) noexcept {
 }
 
 // The operations measured, in the order they run (--only names them).
-constexpr const char* operations[] = {"build",        "post",        "poll",
-                                      "window_write", "window_read", "fetch_add",
-                                      "compare_swap", "channel_64",  "channel_4k"};
+constexpr const char* operations[] = {
+    "build",     "post",         "poll",       "window_write", "window_read",
+    "fetch_add", "compare_swap", "channel_64", "channel_4k",   "channel_4k_zero_copy"};
 
 struct options {
   unsigned iterations = 256;
@@ -92,7 +92,8 @@ struct options {
                "  --iterations N   measured operations per pass (default 256)\n"
                "  --warmup N       unmeasured operations before each pass (default 32)\n"
                "  --only OPS       these operations only: build, post, poll, window_write,\n"
-               "                   window_read, fetch_add, compare_swap, channel_64, channel_4k\n"
+               "                   window_read, fetch_add, compare_swap, channel_64, channel_4k,\n"
+               "                   channel_4k_zero_copy\n"
                "  -h, --help       this text\n");
   std::exit(rc);
 }
@@ -452,10 +453,13 @@ void run(const options& o) {
 
   // A message and its receipt. Plain verbs: a signaled send with immediate
   // data from registered memory, the receiver's completion and the repost of
-  // its receive, the sender's completion. rdx: channel send, the receive into
-  // the caller's buffer, the send's completion, both operations destroyed.
+  // its receive, the sender's completion. rdx: channel send (copied to
+  // staging), the receive into the caller's buffer, the send's completion,
+  // both operations destroyed; with zero_copy, send_registered (straight
+  // from registered memory) and receive_view (read in the ring, the buffer
+  // given back when the view is destroyed).
   bool receives_posted = false;
-  auto message = [&](const char* op, std::uint32_t size) {
+  auto message = [&](const char* op, std::uint32_t size, bool zero_copy) {
     if (!r.wanted(op)) return;
     const ibv_sge src = a.mr.sge(0, size);
     // Receives of the largest size, so that one pass's leftovers fit the next.
@@ -493,34 +497,42 @@ void run(const options& o) {
     });
     const std::span<std::byte> dst(f.local.data(), size);
     const std::span<const std::byte> msg(f.local.data() + region / 2, size);
+    const rdx::local_span<const std::byte> reg =
+        rdx::local_span<const std::byte>(f.local).subspan(region / 2, size);
+    // The receive: into the caller's buffer (copied out of the ring), or
+    // with zero_copy a view of the ring buffer, given back when destroyed.
+    auto exchange = [&](bool m, auto receive) {
+      rdx::operation tx = zero_copy ? f.cha->send_registered(reg) : f.cha->send(msg);
+      collect(m);
+      r.settle();
+      collect(m);
+      auto rx = receive();
+      const bool received = rx.test();
+      const bool sent = tx.test();
+      const bool got = received && sent;
+      if (!got) {
+        collect(m);
+        check(rx.wait(5s), "channel receive");
+        check(tx.wait(5s), "channel send");
+        collect(m);
+      }
+      check(rx.error(), "channel receive");
+      check(tx.error(), "channel send");
+      if (rx.byte_count() != size) fail("channel receive: " + std::to_string(rx.byte_count()) + " bytes");
+      return got;
+    };
     r.pass("rdx", op, [&](bool m) {
       bool got = false;
       collect(m);
-      {
-        rdx::operation tx = f.cha->send(msg);
-        collect(m);
-        r.settle();
-        collect(m);
-        rdx::operation rx = f.chb->receive(dst);
-        const bool received = rx.test();
-        const bool sent = tx.test();
-        got = received && sent;
-        if (!got) {
-          collect(m);
-          check(rx.wait(5s), "channel receive");
-          check(tx.wait(5s), "channel send");
-          collect(m);
-        }
-        check(rx.error(), "channel receive");
-        check(tx.error(), "channel send");
-        if (rx.byte_count() != size) fail("channel receive: " + std::to_string(rx.byte_count()) + " bytes");
-      }
+      got = zero_copy ? exchange(m, [&] { return f.chb->receive_view(); })
+                      : exchange(m, [&] { return f.chb->receive(dst); });
       collect(m);
       return got;
     });
   };
-  message("channel_64", 64);
-  message("channel_4k", 4096);
+  message("channel_64", 64, false);
+  message("channel_4k", 4096, false);
+  message("channel_4k_zero_copy", 4096, true);
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ struct options {
   std::string ifname = "eth0";
   bool expect_failure = false;
   std::uint64_t down_after_ms = 0, down_for_ms = 0;
+  std::uint64_t cut_after_ms = 0, cut_for_ms = 0;  // either role: a wire cut, timed from the connection
   std::uint64_t qp_error_at = 0;
   std::uint64_t kill_at = 0;
   bool after_kill = false;  // server: serve only the reconnection (port + 1)
@@ -149,6 +150,9 @@ struct options {
       "  --expect-min-us US      client: fail unless every operation took at least US (a delay)\n"
       "  --expect-failure        client: the connection must fail (see below), then reconnect\n"
       "  --down-after MS --down-for MS   client: take --if down MS after the start, for MS\n"
+      "  --cut-after MS --cut-for MS     either role: MS after the connection is made, drop\n"
+      "                          every packet --if sends (netem loss 100%%) for MS; fails\n"
+      "                          unless the cut dropped a packet (it met no traffic)\n"
       "  --if NAME               interface for --down-* (default eth0)\n"
       "  --qp-error-at N         client: force queue pair 0 to ERR at operation N\n"
       "  --kill-at N             server: SIGKILL itself at its N-th message\n"
@@ -253,6 +257,10 @@ options parse(int argc, char** argv) {
       o.down_after_ms = std::stoull(val());
     } else if (a == "--down-for") {
       o.down_for_ms = std::stoull(val());
+    } else if (a == "--cut-after") {
+      o.cut_after_ms = std::stoull(val());
+    } else if (a == "--cut-for") {
+      o.cut_for_ms = std::stoull(val());
     } else if (a == "--if") {
       o.ifname = val();
     } else if (a == "--qp-error-at") {
@@ -279,6 +287,32 @@ options parse(int argc, char** argv) {
 
 void require(bool c, const std::string& what) {
   if (!c) throw std::runtime_error(what);
+}
+
+// A wire cut from this side (--cut-after/--cut-for): its tc is started
+// before the connection, the cut timed from the connection (start_cut), so
+// that it meets traffic. Empty without the options.
+void prepare_cut(const options& o, std::optional<rdx_test::wire_cut>& c) {
+  if (o.cut_for_ms != 0) c.emplace(o.ifname);
+}
+void start_cut(const options& o, std::optional<rdx_test::wire_cut>& c) {
+  if (c) c->start(std::chrono::milliseconds(o.cut_after_ms), std::chrono::milliseconds(o.cut_for_ms));
+}
+
+// Waits for the cut to end and checks it dropped packets: a cut that met
+// no traffic proves nothing about surviving one.
+void check_cut(std::optional<rdx_test::wire_cut>& c, const char* role) {
+  if (!c) return;
+  c->join();
+  require(c->tc_status() == 0, "the wire cut's tc failed (status " + std::to_string(c->tc_status()) +
+                                   "; is sch_netem loaded and is this root?)");
+  std::printf("soak %s: the wire was cut for %lld ms and %lld packets were dropped\n", role,
+              static_cast<long long>(c->lasted().count()), c->dropped());
+  if (c->dropped() < 1) std::fprintf(stderr, "soak %s: tc printed:\n%s", role, c->output().c_str());
+  require(c->dropped() >= 1,
+          std::string("the wire cut dropped no packet: no traffic crossed the wire while it "
+                      "was cut (") +
+              role + "), so the run proves nothing; cut later or for longer");
 }
 
 std::uint64_t xxh(const void* p, std::size_t n) {
@@ -531,9 +565,16 @@ int run_server(const options& o) {
   totals t;
   std::uint64_t first_received = 0;
   if (!o.after_kill) {
+    std::optional<rdx_test::wire_cut> cut;
+    prepare_cut(o, cut);
     session s(pd, o, true, o.port);
     std::uint64_t received = 0;
-    if (serve(s, o, t, received, 0, before)) return result(o, "server", t, before);
+    start_cut(o, cut);
+    if (serve(s, o, t, received, 0, before)) {
+      check_cut(cut, "server");
+      return result(o, "server", t, before);
+    }
+    if (cut) cut->join();
     // The connection failed: take what had arrived before (a receive started
     // after the failure still takes a message that had arrived), then serve
     // the reconnection.
@@ -822,11 +863,14 @@ int run_client(const options& o) {
   rdx::protection_domain pd(ctx);
   const auto before = counters_now(o);
   totals t;
+  std::optional<rdx_test::wire_cut> cut;
+  prepare_cut(o, cut);
   std::optional<session> s;
   s.emplace(pd, o, false, o.port);
   client c(*s, o, t);
   c.qp_error_at = o.qp_error_at;
   c.watch_fd = s->sock.native_handle();
+  start_cut(o, cut);
 
   // A link down from this side, timed here: exact, no program started.
   std::atomic<bool> link_was_down{false};
@@ -856,6 +900,7 @@ int run_client(const options& o) {
     const report rep = c.finish();
     join();
     take_report(t, rep);
+    check_cut(cut, "client");
     if (o.down_for_ms != 0) require(link_was_down.load(), "the run ended before the link went down");
     if (o.expect_stall_ms != 0) {
       require(c.stalled(),

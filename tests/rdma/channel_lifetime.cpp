@@ -151,6 +151,39 @@ TEST_CASE("connection destroyed before its pending operations: each ends once, a
   guard.check();
 }
 
+TEST_CASE("a connection destroyed while message views hold its ring: the views let go safely", "[lifetime]") {
+  const std::string dev = channel_test::open_device().name();
+  rdx_test::leak_guard guard(dev);
+  auto s = std::make_unique<sides>();
+  rdx::channel<std::uint64_t> ta(*s->a);
+  rdx::channel<std::uint64_t> tb(*s->b);
+  auto s0 = ta.send(std::uint64_t{41});
+  auto s1 = ta.send(std::uint64_t{42});
+  auto v0 = tb.receive_view();
+  auto v1 = tb.receive_view();
+  REQUIRE(v0.wait(10s) == std::error_code{});
+  REQUIRE(v1.wait(10s) == std::error_code{});
+  REQUIRE(v0.view()[0] == 41);
+  REQUIRE(v1.view()[0] == 42);
+  REQUIRE(s0.wait(10s) == std::error_code{});
+  REQUIRE(s1.wait(10s) == std::error_code{});
+  auto pending = tb.receive_view();  // nothing will come
+  // b goes first: the ring the views point into is freed with it.
+  const teardown t = timed_teardown([&] { s->b.reset(); });
+  CHECK(t.logged == 0);
+  CHECK_FALSE(v0.holds());
+  CHECK(v0.view().empty());
+  CHECK(v1.view().empty());
+  CHECK(pending.error() == rdx::errc::operation_aborted);
+  v1.release();  // touches nothing (ASan would tell)
+  {
+    rdx::message_view<std::uint64_t> moved = std::move(v0);
+    CHECK(moved.view().empty());
+  }
+  s.reset();
+  guard.check();
+}
+
 TEST_CASE("a connection destroyed with a write in flight drains before deregistering", "[lifetime]") {
   const std::string dev = channel_test::open_device().name();
   rdx_test::leak_guard guard(dev);  // contexts, PDs, CQs, QPs, MRs

@@ -300,3 +300,176 @@ TEST_CASE("connections refuse a peer with other settings") {
   auto s = ch.send(1);
   CHECK(s.error() == rdx::errc::not_ready);
 }
+
+TEST_CASE("send_registered: messages straight from registered memory, deferred past the credits, in order") {
+  pair p(rdx::connection_attr{.recv_depth = 4, .message_size = 4096}, no_rnr_retry());
+  rdx::channel<std::uint32_t> tx(p.a), rx(p.b);
+  constexpr std::size_t words = 1024;  // 4 KiB a message, above the inline size
+  constexpr std::size_t count = 20;    // five times the receiver's buffers
+  rdx::registered_buffer<std::uint32_t> src(p.pd, words * count);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  const rdx::local_span<const std::uint32_t> all(src);
+  // Twenty started before the receiver takes any: four go out on the
+  // credits, sixteen wait. None takes a staging buffer (there are eight),
+  // so none fails for want of one.
+  std::vector<rdx::operation> sends;
+  sends.reserve(count);
+  for (std::size_t m = 0; m < count; ++m) {
+    sends.push_back(tx.send_registered(all.subspan(m * words, words)));
+    REQUIRE_FALSE(sends.back().done());
+  }
+  CHECK(p.a.has_deferred());
+  std::vector<std::uint32_t> into(words);
+  for (std::size_t m = 0; m < count; ++m) {
+    INFO("message " << m);
+    auto r = rx.receive(std::span<std::uint32_t>(into));
+    // Both sides polled: a's deferred sends go out as b's credits come back.
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (!r.done() && std::chrono::steady_clock::now() < end) {
+      (void)p.a.progress();
+      (void)p.b.progress();
+    }
+    REQUIRE(r.done());
+    REQUIRE(r.error() == std::error_code{});
+    REQUIRE(r.byte_count() == words * 4);
+    CHECK(std::memcmp(into.data(), src.data() + m * words, words * 4) == 0);
+  }
+  for (auto& s : sends) CHECK(s.wait(20s) == std::error_code{});
+  // A small one goes inline from the same memory.
+  auto small = tx.send_registered(all.subspan(5, 3));
+  std::array<std::uint32_t, 3> three{};
+  auto r3 = rx.receive(std::span<std::uint32_t>(three));
+  REQUIRE(r3.wait(20s) == std::error_code{});
+  CHECK(std::memcmp(three.data(), src.data() + 5, 12) == 0);
+  REQUIRE(small.wait(20s) == std::error_code{});
+  CHECK_FALSE(p.a.failed());
+}
+
+TEST_CASE("send_registered: bad sizes fail before anything is posted; a withdrawn one never arrives") {
+  pair p(rdx::connection_attr{.recv_depth = 2, .message_size = 256}, no_rnr_retry());
+  rdx::channel<std::byte> tx(p.a), rx(p.b);
+  rdx::registered_buffer<std::byte> src(p.pd, 1024);
+  std::memset(src.data(), 0x5a, src.size());
+  const rdx::local_span<const std::byte> all(src);
+  const auto posted = p.a.posted_count();
+  auto empty = tx.send_registered(all.subspan(0, 0));
+  CHECK(empty.done());
+  CHECK(empty.error() == rdx::errc::invalid_argument);
+  auto big = tx.send_registered(all.subspan(0, 257));
+  CHECK(big.done());
+  CHECK(big.error() == rdx::errc::limit_exceeded);
+  CHECK(p.a.posted_count() == posted);
+  // Two use the credits; the third waits and is destroyed before it is posted.
+  auto s0 = tx.send_registered(all.subspan(0, 200));
+  auto s1 = tx.send_registered(all.subspan(200, 200));
+  {
+    auto s2 = tx.send_registered(all.subspan(400, 200));
+    CHECK(s2.deferred());
+  }
+  CHECK_FALSE(p.a.has_deferred());
+  std::array<std::byte, 256> into{};
+  for (int m = 0; m < 2; ++m) {
+    auto r = rx.receive(std::span<std::byte>(into));
+    REQUIRE(r.wait(20s) == std::error_code{});
+    CHECK(r.byte_count() == 200);
+  }
+  REQUIRE(s0.wait(20s) == std::error_code{});
+  REQUIRE(s1.wait(20s) == std::error_code{});
+  // The withdrawn one never comes: a later message is the next to arrive.
+  src[600] = std::byte{0x11};
+  auto s3 = tx.send_registered(all.subspan(600, 1));
+  auto r = rx.receive(std::span<std::byte>(into));
+  REQUIRE(r.wait(20s) == std::error_code{});
+  CHECK(r.byte_count() == 1);
+  CHECK(into[0] == std::byte{0x11});
+  REQUIRE(s3.wait(20s) == std::error_code{});
+  CHECK(p.b.messages_waiting() == 0);
+}
+
+TEST_CASE("receive_view: the message read where the NIC put it, its credit held until release") {
+  pair p(rdx::connection_attr{.recv_depth = 4, .message_size = 256}, no_rnr_retry());
+  rdx::channel<record> tx(p.a), rx(p.b);
+  const auto reposted0 = p.b.receives_reposted();
+  // Four views hold all four of b's buffers.
+  std::vector<rdx::message_view<record>> views;
+  views.reserve(4);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    auto s = tx.send(make_record(i));
+    views.push_back(rx.receive_view());
+    REQUIRE(views.back().wait(20s) == std::error_code{});
+    REQUIRE(s.wait(20s) == std::error_code{});
+    REQUIRE(views.back().holds());
+    REQUIRE(views.back().view().size() == 1);
+    CHECK(same(views.back().view()[0], make_record(i)));
+  }
+  CHECK(p.b.receives_reposted() == reposted0);  // nothing copied out, nothing reposted
+  // No buffer is free at b: a fifth message waits at a for a credit (no
+  // receiver-not-ready), however long the views are held.
+  auto fifth = tx.send(make_record(4));
+  CHECK(fifth.deferred());
+  for (int i = 0; i < 200; ++i) {
+    (void)p.a.progress();
+    (void)p.b.progress();
+  }
+  CHECK(fifth.deferred());
+  // A moved view carries its loan; releasing it reposts the buffer and the credit lets the fifth go.
+  rdx::message_view<record> moved = std::move(views[1]);
+  CHECK_FALSE(views[1].holds());
+  CHECK(same(moved.view()[0], make_record(1)));
+  moved.release();
+  CHECK_FALSE(moved.holds());
+  CHECK(moved.view().empty());
+  CHECK(p.b.receives_reposted() - reposted0 == 1);
+  REQUIRE(fifth.wait(20s) == std::error_code{});  // a sees the credit and posts it
+  auto r5 = rx.receive_view();
+  REQUIRE(r5.wait(20s) == std::error_code{});
+  CHECK(same(r5.view()[0], make_record(4)));
+  // The other views go by destruction and by move-assignment.
+  views[0] = std::move(r5);  // views[0]'s old buffer goes back, r5's moves in
+  CHECK(same(views[0].view()[0], make_record(4)));
+  views.clear();
+  CHECK(p.b.receives_reposted() - reposted0 == 5);
+  // Every credit comes back (b reports them by an RDMA write): four more
+  // messages go without waiting.
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  while (p.a.credits() < 4 && std::chrono::steady_clock::now() < end) {
+    (void)p.a.progress();
+    (void)p.b.progress();
+  }
+  REQUIRE(p.a.credits() == 4);
+  for (std::uint64_t i = 10; i < 14; ++i) {
+    auto s = tx.send(make_record(i));
+    CHECK_FALSE(s.deferred());
+    auto r = rx.receive_view();
+    REQUIRE(r.wait(20s) == std::error_code{});
+    CHECK(same(r.view()[0], make_record(i)));
+    REQUIRE(s.wait(20s) == std::error_code{});
+  }
+  CHECK_FALSE(p.a.failed());
+  CHECK_FALSE(p.b.failed());
+}
+
+TEST_CASE("receive_view: a message that is not a whole number of T fails and frees its buffer") {
+  pair p(rdx::connection_attr{.recv_depth = 2, .message_size = 256}, no_rnr_retry());
+  rdx::channel<std::byte> tx(p.a);
+  rdx::channel<std::uint64_t> rx(p.b);
+  const std::array<std::byte, 12> twelve{};
+  auto s = tx.send(std::span<const std::byte>(twelve));
+  auto v = rx.receive_view();
+  REQUIRE(v.wait(20s) == rdx::errc::limit_exceeded);
+  CHECK_FALSE(v.holds());
+  CHECK(v.view().empty());
+  REQUIRE(s.wait(20s) == std::error_code{});
+  // Its buffer went back: both credits are usable again.
+  const std::array<std::byte, 16> sixteen{};
+  auto s1 = tx.send(std::span<const std::byte>(sixteen));
+  auto s2 = tx.send(std::span<const std::byte>(sixteen));
+  REQUIRE(s1.wait(20s) == std::error_code{});  // a posts both once the credit is back
+  REQUIRE(s2.wait(20s) == std::error_code{});
+  auto v1 = rx.receive_view();
+  auto v2 = rx.receive_view();
+  REQUIRE(v1.wait(20s) == std::error_code{});
+  REQUIRE(v2.wait(20s) == std::error_code{});
+  CHECK(v1.view().size() == 2);
+  CHECK(v2.view().size() == 2);
+}

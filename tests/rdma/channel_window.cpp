@@ -187,6 +187,103 @@ TEST_CASE("striping: large writes and reads split in 512 KiB chunks over K queue
   }
 }
 
+TEST_CASE("a striped transfer rings one doorbell per queue pair") {
+  for (std::uint32_t k : {1u, 2u, 4u}) {
+    DYNAMIC_SECTION("K = " << k) {
+      pair p(rdx::connection_attr{.queue_pairs = k,
+                                  .send_depth = 32,
+                                  .signal_interval = 8,
+                                  .recv_depth = 4,
+                                  .chunk_size = 64 * 1024});
+      constexpr std::size_t n = (1u << 20) / 4;  // 1 MiB of uint32: 16 chunks of 64 KiB
+      auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, n);
+      rdx::grant<std::uint32_t, rights::read | rights::write> g(p.b, target);
+      rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, g.descriptor());
+      rdx::registered_buffer<std::uint32_t> src(p.pd, n), back(p.pd, n);
+      fill(src.span(), 40 + k);
+      const auto bells = p.a.send_doorbells();
+      const auto posted = p.a.posted_count();
+      auto wop = w.write(src, 0);
+      CHECK(p.a.posted_count() - posted >= 16);  // 16 or 17: chunks end at 64 KiB boundaries of the target
+      CHECK(p.a.send_doorbells() - bells == k);  // one ibv_post_send per queue pair
+      REQUIRE(wop.wait(60s) == std::error_code{});
+      CHECK(std::memcmp(target.data(), src.data(), n * 4) == 0);
+      const auto bells2 = p.a.send_doorbells();
+      auto rop = w.read(back, 0);
+      CHECK(p.a.send_doorbells() - bells2 == k);
+      REQUIRE(rop.wait(60s) == std::error_code{});
+      CHECK(std::memcmp(back.data(), src.data(), n * 4) == 0);
+      // A one-chunk write is one request and one doorbell, as before.
+      const auto bells3 = p.a.send_doorbells();
+      auto one = w.write(rdx::local_span<const std::uint32_t>(src).subspan(0, 16), 0);
+      CHECK(p.a.send_doorbells() - bells3 == 1);
+      REQUIRE(one.wait(20s) == std::error_code{});
+    }
+  }
+}
+
+TEST_CASE("batch: the operations started in it go out with one doorbell per queue pair") {
+  for (std::uint32_t k : {1u, 2u}) {
+    DYNAMIC_SECTION("K = " << k) {
+      pair p(rdx::connection_attr{
+          .queue_pairs = k, .send_depth = 64, .signal_interval = 16, .recv_depth = 8, .message_size = 256});
+      auto target =
+          rdx::make_window_buffer<std::uint64_t, rights::read | rights::write | rights::atomic>(p.pd, 64);
+      rdx::grant<std::uint64_t, rights::read | rights::write | rights::atomic> g(p.b, target);
+      rdx::remote_window<std::uint64_t, rights::read | rights::write | rights::atomic> w(p.a, g.descriptor());
+      rdx::registered_buffer<std::uint64_t> src(p.pd, 64), back(p.pd, 8);
+      for (std::size_t i = 0; i < 64; ++i) src[i] = i * 0x0101010101010101ull + k;
+      rdx::local_span<const std::uint64_t> s(src);
+      rdx::channel<std::uint64_t> tx(p.a), rx(p.b);
+      const auto bells = p.a.send_doorbells();
+      const auto posted = p.a.posted_count();
+      std::array<rdx::operation, 8> writes;
+      rdx::operation add, msg;
+      p.a.batch([&] {
+        for (std::size_t i = 0; i < 8; ++i) writes[i] = w.write(s.subspan(i * 4, 4), i * 4);
+        add = w.fetch_add(40, 5);
+        msg = tx.send(std::uint64_t{77});      // a value that dies before the batch posts: staged
+        CHECK(p.a.send_doorbells() == bells);  // nothing has reached the NIC yet
+      });
+      const auto requests = p.a.posted_count() - posted;
+      CHECK(requests == 10);
+      // One doorbell per queue pair that had requests: the atomic and the
+      // message are on queue pair 0, the writes round-robin.
+      CHECK(p.a.send_doorbells() - bells == k);
+      for (auto& o : writes) REQUIRE(o.wait(20s) == std::error_code{});
+      REQUIRE(add.wait(20s) == std::error_code{});
+      REQUIRE(msg.wait(20s) == std::error_code{});
+      CHECK(std::memcmp(target.data(), src.data(), 32 * 8) == 0);
+      CHECK(add.old_value() == 0);
+      CHECK(target[40] == 5);
+      auto r = rx.receive();
+      REQUIRE(r.wait(20s) == std::error_code{});
+      CHECK(r.value() == 77);
+
+      // A wait inside a batch posts what is held first: it does not hang.
+      rdx::operation inner;
+      p.a.batch([&] {
+        auto first = w.write(s.subspan(0, 8), 48);
+        REQUIRE(first.wait(20s) == std::error_code{});
+        inner = w.read(rdx::local_span<std::uint64_t>(back), 48);
+      });
+      REQUIRE(inner.wait(20s) == std::error_code{});
+      CHECK(std::memcmp(back.data(), src.data(), 8 * 8) == 0);
+
+      // f throws: what it started is posted, then the exception goes on.
+      rdx::operation before;
+      CHECK_THROWS_AS(p.a.batch([&] {
+        before = w.write(s.subspan(8, 8), 56);
+        throw std::runtime_error("the application's own error");
+      }),
+                      std::runtime_error);
+      REQUIRE(before.wait(20s) == std::error_code{});
+      CHECK(std::memcmp(target.data() + 56, src.data() + 8, 8 * 8) == 0);
+      CHECK_FALSE(p.a.failed());
+    }
+  }
+}
+
 TEST_CASE("selective signaling: one signaled request per 64, the send queue never overflows") {
   pair p(rdx::connection_attr{.send_depth = 32, .signal_interval = 16, .recv_depth = 4});
   auto target = rdx::make_window_buffer<std::uint64_t, rights::write>(p.pd, 512);
@@ -380,24 +477,26 @@ TEST_CASE("event mode: the completion channel's fd joins an application's epoll 
   ::close(ep);
 }
 
-TEST_CASE("send_queue over a raw queue pair: selective signaling, each request retired once, in order") {
+namespace {
+// Two connected RC queue pairs without a connection: qa sends (depth
+// requests), qb is written to.
+struct raw_pair {
   rdx::context ctx = channel_test::open_device();
-  rdx::protection_domain pd(ctx);
-  rdx::completion_queue cq_a(ctx, 64), cq_b(ctx, 64);
-  rdx::queue_pair qa(pd, cq_a, cq_a, rdx::queue_pair_attr{.max_send_wr = 32, .max_recv_wr = 1});
-  rdx::queue_pair qb(
-      pd, cq_b, cq_b,
-      rdx::queue_pair_attr{.max_send_wr = 4, .max_recv_wr = 1, .remote_access = rdx::access::remote_write});
-  qa.connect(qb.local_endpoint());
-  qb.connect(qa.local_endpoint());
-  constexpr int n = 1000;
-  rdx::registered_buffer<std::uint64_t> src(pd, n);
-  rdx::registered_buffer<std::uint64_t> dst(pd, n, rdx::access::local_write | rdx::access::remote_write);
-  rdx::send_queue sq(qa, 32, 8);
-  std::vector<int> ids(n), retired;
-  std::iota(ids.begin(), ids.end(), 0);
-  std::array<rdx::completion, 16> wc{};
-  auto retire = [&] {
+  rdx::protection_domain pd{ctx};
+  rdx::completion_queue cq_a{ctx, 64}, cq_b{ctx, 64};
+  rdx::queue_pair qa, qb;
+  explicit raw_pair(std::uint32_t depth)
+      : qa(pd, cq_a, cq_a, rdx::queue_pair_attr{.max_send_wr = depth, .max_recv_wr = 1}),
+        qb(pd, cq_b, cq_b,
+           rdx::queue_pair_attr{
+               .max_send_wr = 4, .max_recv_wr = 1, .remote_access = rdx::access::remote_write}) {
+    qa.connect(qb.local_endpoint());
+    qb.connect(qa.local_endpoint());
+  }
+  // Polls qa's completions once and retires them through sq; each record's
+  // owner (an int) goes to retired, in the order retired.
+  void retire(rdx::send_queue& sq, std::vector<int>& retired) {
+    std::array<rdx::completion, 16> wc{};
     const int got = cq_a.poll(std::span<rdx::completion>(wc));
     REQUIRE(got >= 0);
     for (int k = 0; k < got; ++k) {
@@ -406,7 +505,21 @@ TEST_CASE("send_queue over a raw queue pair: selective signaling, each request r
         if (r.owner != nullptr) retired.push_back(*static_cast<int*>(r.owner));
       });
     }
-  };
+  }
+};
+}  // namespace
+
+TEST_CASE("send_queue over a raw queue pair: selective signaling, each request retired once, in order") {
+  raw_pair rp(32);
+  rdx::protection_domain& pd = rp.pd;
+  rdx::queue_pair& qa = rp.qa;
+  constexpr int n = 1000;
+  rdx::registered_buffer<std::uint64_t> src(pd, n);
+  rdx::registered_buffer<std::uint64_t> dst(pd, n, rdx::access::local_write | rdx::access::remote_write);
+  rdx::send_queue sq(qa, 32, 8);
+  std::vector<int> ids(n), retired;
+  std::iota(ids.begin(), ids.end(), 0);
+  auto retire = [&] { rp.retire(sq, retired); };
   const auto end = std::chrono::steady_clock::now() + 60s;
   for (int i = 0; i < n; ++i) {
     while (!sq.has_room()) {
@@ -427,4 +540,76 @@ TEST_CASE("send_queue over a raw queue pair: selective signaling, each request r
   INFO("signaled " << sq.signaled_count() << " of " << sq.posted_count());
   CHECK(sq.signaled_count() <= n / 8 + 40);
   CHECK(std::memcmp(src.data(), dst.data(), n * 8) == 0);
+}
+
+TEST_CASE("send_queue holds requests for one doorbell; refused ones are taken back whole") {
+  raw_pair rp(16);
+  rdx::protection_domain& pd = rp.pd;
+  rdx::queue_pair& qa = rp.qa;
+  rdx::registered_buffer<std::uint64_t> src(pd, 8);
+  rdx::registered_buffer<std::uint64_t> dst(pd, 8, rdx::access::local_write | rdx::access::remote_write);
+  for (std::size_t i = 0; i < 8; ++i) {
+    src[i] = 1000 + i;
+    dst[i] = 0;
+  }
+  rdx::send_queue sq(qa, 16, 4);
+  std::array<int, 8> ids{0, 1, 2, 3, 4, 5, 6, 7};
+  auto write = [&](std::size_t i) {
+    return rdx::wr::write(src.sge(i, 1), rdx::remote_ptr{dst.remote().addr + 8 * i, dst.rkey()});
+  };
+  std::vector<int> unposted, retired;
+  std::vector<std::error_code> unposted_ec;
+  auto on_unposted = [&](const rdx::sq_record& r, std::error_code ec) {
+    unposted.push_back(*static_cast<int*>(r.owner));
+    unposted_ec.push_back(ec);
+  };
+  auto drain = [&] {
+    REQUIRE(sq.cover());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (sq.outstanding() != 0) {
+      rp.retire(sq, retired);
+      REQUIRE(std::chrono::steady_clock::now() < end);
+    }
+  };
+  // Four requests held, one doorbell at release.
+  const auto bells = sq.doorbells();
+  sq.hold();
+  for (std::size_t i = 0; i < 4; ++i) sq.emplace_held([&] { return write(i); }, &ids[i], 1);
+  CHECK(sq.outstanding() == 4);
+  CHECK(sq.doorbells() == bells);
+  REQUIRE_FALSE(sq.release(on_unposted));
+  CHECK(sq.doorbells() - bells == 1);
+  drain();
+  CHECK(retired == std::vector<int>{0, 1, 2, 3});
+  CHECK(unposted.empty());
+  for (std::size_t i = 0; i < 4; ++i) CHECK(dst[i] == src[i]);
+
+  // The provider refuses the second of three (an atomic on a remote address
+  // that is not 8-aligned): the first is posted, the second and third are
+  // taken back.
+  const auto posted = sq.posted_count();
+  sq.hold();
+  REQUIRE_FALSE(sq.emplace([&] { return write(4); }, &ids[4], 1));
+  REQUIRE_FALSE(sq.emplace(
+      [&] {
+        return rdx::wr::fetch_add(src.sge(5, 1), rdx::remote_ptr{dst.remote().addr + 4, dst.rkey()}, 1);
+      },
+      &ids[5], 1));
+  REQUIRE_FALSE(sq.emplace([&] { return write(6); }, &ids[6], 1));
+  CHECK(sq.outstanding() == 3);
+  const std::error_code ec = sq.release(on_unposted);
+  CHECK(ec);
+  CHECK(unposted == std::vector<int>{5, 6});
+  for (const auto& e : unposted_ec) CHECK(e == ec);
+  CHECK(sq.outstanding() == 1);
+  CHECK(sq.posted_count() - posted == 1);
+  // The queue is whole: the next request posts, and every one retires once, in order.
+  rdx::send_wr last = write(7);
+  REQUIRE_FALSE(sq.post(last, &ids[7], 1));
+  drain();
+  CHECK(retired == std::vector<int>{0, 1, 2, 3, 4, 7});
+  CHECK(dst[4] == src[4]);
+  CHECK(dst[5] == 0);
+  CHECK(dst[6] == 0);
+  CHECK(dst[7] == src[7]);
 }

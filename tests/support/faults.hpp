@@ -17,22 +17,34 @@
 //                              reaches a chosen value.
 //   rxe_counters(device)       the device's hw_counters (Soft-RoCE: rxe0),
 //                              for deltas of retransmissions and sequence errors.
+//   wire_cut                   every packet the interface sends dropped (netem
+//                              loss 100%) for a while, timed from the program's
+//                              own clock, and the packets the cut dropped.
 #pragma once
 
 #include <rdx/channel/connection.hpp>
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include <net/if.h>
 #include <sys/ioctl.h>
@@ -113,5 +125,123 @@ inline std::map<std::string, std::uint64_t> rxe_counters(const std::string& devi
   }
   return out;
 }
+
+//! A wire cut from inside the program: start(after, span) cuts the wire
+//! `after` from the call, netem loss 100% on ifname's egress for `span`,
+//! then removes the qdisc. One `tc -s -batch` process, started at
+//! construction (construct before the traffic starts: under TCG a program
+//! starting beside a busy one takes seconds), takes every command, so the
+//! outage lasts span to within a few ms, and it is timed from when the
+//! program's traffic runs, not from when a script started it. dropped():
+//! the packets netem took off the wire (its qdisc's drop count), or -1
+//! before the cut ended or when tc printed none. Needs root and sch_netem.
+class wire_cut {
+public:
+  explicit wire_cut(std::string ifname) : ifname_(std::move(ifname)) {
+    char path[] = "/tmp/rdx-wire-cut.XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "wire_cut: mkstemp");
+    ::close(fd);
+    out_ = path;
+    const std::string cmd = "exec tc -s -force -batch - >" + out_ + " 2>&1";
+    tc_ = ::popen(cmd.c_str(), "w");
+    if (tc_ == nullptr) throw std::system_error(errno, std::generic_category(), "wire_cut: popen tc");
+    // A first command, and its answer awaited: tc is loaded and reading
+    // when this returns, so the cut's commands take effect when written.
+    std::fprintf(tc_, "qdisc show dev %s\n", ifname_.c_str());
+    std::fflush(tc_);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (drop_counts().empty()) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        (void)::pclose(std::exchange(tc_, nullptr));
+        ::unlink(out_.c_str());
+        throw std::runtime_error("wire_cut: tc did not answer within 60 s: " + output());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  //! Cuts the wire after `after`, for `span`, in a thread of its own. Once.
+  void start(std::chrono::milliseconds after, std::chrono::milliseconds span) {
+    const std::string ifname = ifname_;
+    thread_ = std::thread([this, ifname, after, span] {
+      // Each step is confirmed by a show whose answer is awaited: a busy
+      // single-CPU guest can leave tc unscheduled for longer than the cut,
+      // and commands it then ran back to back would cut nothing. So the
+      // wire is cut for at least span, timed from the confirmed start.
+      std::this_thread::sleep_for(after);
+      std::fprintf(tc_, "qdisc replace dev %s root netem loss 100%%\nqdisc show dev %s\n", ifname.c_str(),
+                   ifname.c_str());
+      std::fflush(tc_);
+      await_shows(2);
+      start_ = std::chrono::steady_clock::now();
+      std::this_thread::sleep_for(span);
+      std::fprintf(tc_, "qdisc show dev %s\nqdisc del dev %s root\nqdisc show dev %s\n", ifname.c_str(),
+                   ifname.c_str(), ifname.c_str());
+      std::fflush(tc_);
+      await_shows(4);
+      end_ = std::chrono::steady_clock::now();
+      const int rc = ::pclose(std::exchange(tc_, nullptr));
+      const std::vector<long long> counts = drop_counts();
+      // The third show: netem's count just before it was deleted.
+      dropped_ = rc == 0 && counts.size() >= 3 ? counts[2] : -1;
+      tc_status_ = rc;
+      ended_ = true;
+    });
+  }
+  wire_cut(const wire_cut&) = delete;
+  wire_cut& operator=(const wire_cut&) = delete;
+  ~wire_cut() {
+    join();
+    if (tc_ != nullptr) (void)::pclose(tc_);  // never started: tc ends at end of input
+    ::unlink(out_.c_str());
+  }
+  //! Waits for the cut to end (the wire is clean again after it).
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  //! True once the wire is clean again.
+  [[nodiscard]] bool ended() const noexcept { return ended_; }
+  //! Packets the cut dropped; -1 before it ended or when tc failed or printed no count.
+  [[nodiscard]] long long dropped() const noexcept { return ended_ ? dropped_.load() : -1; }
+  //! What tc printed (its show before the cut and the one before the delete).
+  [[nodiscard]] std::string output() const {
+    std::ifstream in(out_);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  //! tc's exit status (pclose), once ended.
+  [[nodiscard]] int tc_status() const noexcept { return tc_status_; }
+  //! How long the wire was cut at most (from the confirmed start to the
+  //! confirmed end; at least span), once ended.
+  [[nodiscard]] std::chrono::milliseconds lasted() const noexcept {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(end_ - start_);
+  }
+
+private:
+  // The drop counts of every show tc answered so far, in order.
+  [[nodiscard]] std::vector<long long> drop_counts() const {
+    std::istringstream in(output());
+    std::string line;
+    std::vector<long long> n;
+    while (std::getline(in, line)) {
+      const auto at = line.find("(dropped ");
+      if (at != std::string::npos) n.push_back(std::atoll(line.c_str() + at + 9));
+    }
+    return n;
+  }
+  // Waits (bounded: 30 s) until tc has answered n shows.
+  void await_shows(std::size_t n) const {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (drop_counts().size() < n && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::string ifname_;
+  std::string out_;
+  std::FILE* tc_ = nullptr;
+  std::thread thread_;
+  std::chrono::steady_clock::time_point start_{}, end_{};
+  std::atomic<long long> dropped_{-1};
+  std::atomic<bool> ended_{false};
+  int tc_status_ = 0;
+};
 
 }  // namespace rdx_test

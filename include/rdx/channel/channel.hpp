@@ -69,6 +69,44 @@ private:
   T value_{};
 };
 
+//! A receive that borrows the message's ring buffer instead of copying it
+//! out: once ok(), view() is the message where the NIC put it. The buffer
+//! is lent until release(), destruction or a move-assignment; until then it
+//! is not reposted, so the peer gets no credit for it (holding many views
+//! slows the sender down; it never makes a receiver-not-ready). Moving a
+//! view moves the loan. Destroying the connection first ends the loan:
+//! view() is empty from then on and the view's destruction is safe.
+template <message_type T>
+class message_view : public operation {
+public:
+  //! Starts a view receive on c: the next message, a whole number of T (else errc::limit_exceeded).
+  explicit message_view(connection& c) noexcept : operation(detail::start_access::make(c)) {
+    detail::engine& e = detail::start_access::of(c);
+    if (c.message_size() % alignof(T) != 0) {
+      e.fail_now(*this, make_error_code(errc::invalid_argument));  // a buffer would hold misaligned T
+    } else {
+      e.start_receive_view(*this, sizeof(T));
+    }
+  }
+  //! An empty view: not started, holds nothing.
+  message_view() noexcept = default;
+  message_view(message_view&&) noexcept = default;
+  //! Gives back this view's buffer (if it holds one), then takes over o's.
+  message_view& operator=(message_view&&) noexcept = default;
+  ~message_view() = default;
+  //! The message in the ring buffer (byte_count() / sizeof(T) elements);
+  //! empty before it arrived, after release() and once the connection is gone.
+  [[nodiscard]] std::span<const T> view() const noexcept {
+    const std::byte* d = holds() ? destination() : nullptr;
+    return d == nullptr ? std::span<const T>{}
+                        : std::span<const T>(reinterpret_cast<const T*>(d), byte_count() / sizeof(T));
+  }
+  //! True while the view holds its ring buffer.
+  [[nodiscard]] bool holds() const noexcept { return holds_lease(); }
+  //! Gives the buffer back now: it is reposted and its credit goes to the peer.
+  void release() noexcept { release_lease(); }
+};
+
 //! A typed, flow-controlled message channel over a connection (queue pair 0).
 //! Both sides make a channel of the same T. Messages up to
 //! connection::message_size() bytes; a larger one fails with
@@ -101,8 +139,24 @@ public:
     detail::start_access::of(*conn_).start_send(op, v.data(), v.size_bytes());
     return op;
   }
+  //! Sends src as one message straight from its registered memory: no
+  //! staging copy (the NIC reads src itself), so src must stay registered
+  //! and unchanged until the operation is done. Flow control, deferral,
+  //! order and errors as send(); destroying the operation before it is
+  //! posted withdraws it, after that detaches it (src must then stay
+  //! registered until the connection retires the request: drain()).
+  [[nodiscard]] operation send_registered(local_span<const T> src) noexcept {
+    operation op = detail::start_access::make(*conn_);
+    detail::start_access::of(*conn_).start_send_registered(op, reinterpret_cast<std::uint64_t>(src.data()),
+                                                           src.lkey(), src.size_bytes());
+    return op;
+  }
   //! Receives the next message, which must be one T (else errc::limit_exceeded).
   [[nodiscard]] receive_operation<T> receive() noexcept { return receive_operation<T>(*conn_); }
+  //! Receives the next message without copying it out of the receive ring
+  //! (see message_view). Needs message_size() a multiple of alignof(T), so
+  //! every buffer holds aligned T (else errc::invalid_argument at once).
+  [[nodiscard]] message_view<T> receive_view() noexcept { return message_view<T>(*conn_); }
   //! Receives the next message into dst; byte_count() / sizeof(T) elements
   //! arrived. A message larger than dst fails with errc::limit_exceeded (and is dropped).
   [[nodiscard]] operation receive(std::span<T> dst) noexcept {

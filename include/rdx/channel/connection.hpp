@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace rdx {
 
@@ -113,6 +114,23 @@ public:
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return engine::signaled_count(); }
   //! Work requests posted so far (all queue pairs), signaled or not.
   [[nodiscard]] std::uint64_t posted_count() const noexcept { return engine::posted_count(); }
+  //! ibv_post_send calls so far (all queue pairs): one per request posted
+  //! alone, one per queue pair for the chunks of a striped transfer and for
+  //! what a batch() posted.
+  [[nodiscard]] std::uint64_t send_doorbells() const noexcept { return engine::send_doorbells(); }
+  //! Runs f, holding back every queue pair's doorbell: the work requests of
+  //! the operations f starts (window writes, reads, atomics, sends,
+  //! notifications) reach the NIC together when f returns or throws, with
+  //! one ibv_post_send per queue pair, in the order they were started. A
+  //! wait, test() or progress() inside f posts what is held first, so
+  //! nothing waits for a request that never left. A send inside f is copied
+  //! to staging (never inline from the caller's memory), as its post comes
+  //! later. f must not destroy the connection. Nests.
+  //! @throws whatever f throws (what f started is posted first).
+  template <class F>
+  void batch(F&& f) {
+    engine::batch(std::forward<F>(f));
+  }
   //! Receive buffers reposted after their messages were taken.
   [[nodiscard]] std::uint64_t receives_reposted() const noexcept { return ring_.reposted(); }
   //! ibv_post_recv calls that reposted them: one doorbell for every buffer
@@ -126,7 +144,7 @@ public:
   [[nodiscard]] bool has_deferred() const noexcept { return !deferred_.empty(); }
   //! Makes sure the last work request posted on every queue pair produces a
   //! completion (posts a signaled zero-length write where none does).
-  void cover() noexcept { cover_all(); }
+  [[gnu::always_inline]] void cover() noexcept { cover_all(); }
 
   // --- event mode -------------------------------------------------------------
 
@@ -213,8 +231,13 @@ inline operation::operation(operation&& o) noexcept {
   steal(o);
 }
 
+inline void operation::release_lease() noexcept {
+  if (holds_lease()) static_cast<detail::engine&>(*conn_).release_view(*this);
+}
+
 inline operation& operation::operator=(operation&& o) noexcept {
   if (this != &o) {
+    release_lease();
     if (conn_ != nullptr && (!done_ || list_ != detail::op_list::none)) {
       static_cast<detail::engine&>(*conn_).forget(*this);
     }
@@ -241,6 +264,8 @@ inline void operation::steal(operation& o) noexcept {
   if (conn_ != nullptr && (o.list_ != detail::op_list::none || o.pending_ != 0 || o.bounded_ != nullptr)) {
     static_cast<detail::engine&>(*conn_).relink(o, *this);
   }
+  // A message_view's ring buffer now belongs to this one.
+  if (holds_lease()) static_cast<detail::engine&>(*conn_).relend(*this);
   o.conn_ = nullptr;
   o.waiter_ = {};
   o.bounded_ = nullptr;
@@ -250,8 +275,10 @@ inline void operation::steal(operation& o) noexcept {
 }
 
 inline operation::~operation() {
-  if (conn_ != nullptr && (!done_ || list_ != detail::op_list::none)) {
-    static_cast<detail::engine&>(*conn_).forget(*this);
+  if (conn_ != nullptr &&
+      (!done_ || list_ != detail::op_list::none || kind_ == detail::op_kind::receive_view)) {
+    release_lease();
+    if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).forget(*this);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <utility>
 
 namespace rdx::detail {
 
@@ -53,6 +54,7 @@ struct rx_entry {
   std::uint32_t bytes = 0;
   std::uint32_t imm = 0;
   bool posted = false;
+  void* lent = nullptr;  // the message_view that holds the buffer, if one does
 };
 
 class message_ring {
@@ -150,6 +152,23 @@ public:
   std::uint32_t take_message() noexcept { return messages_.pop(); }
   std::uint32_t take_notification() noexcept { return notes_.pop(); }
   [[nodiscard]] const rx_entry& entry(std::uint32_t i) const noexcept { return rx_[i]; }
+  //! Records who holds buffer i (a message_view), or nullptr once it is back.
+  void lend(std::uint32_t i, void* holder) noexcept {
+    lent_ += (holder != nullptr) - (rx_[i].lent != nullptr);
+    rx_[i].lent = holder;
+  }
+  //! Buffers lent to message views.
+  [[nodiscard]] std::uint32_t lent() const noexcept { return lent_; }
+  //! Calls f(holder) for every lent buffer's holder and forgets them all.
+  template <class F>
+  void recall_all(F&& f) noexcept {
+    for (std::uint32_t i = 0; i < depth_ && lent_ != 0; ++i) {
+      if (void* h = std::exchange(rx_[i].lent, nullptr)) {
+        --lent_;
+        f(h);
+      }
+    }
+  }
   [[nodiscard]] const std::byte* data(std::uint32_t i) const noexcept {
     return buf_.data() + std::size_t{i} * size_;
   }
@@ -206,6 +225,7 @@ private:
   std::uint64_t repost_calls_ = 0, reposted_ = 0;
   registered_buffer<std::uint64_t> control_;  // [0] our count, sent; [1] the peer's, written by it
   std::uint32_t posted_ = 0;
+  std::uint32_t lent_ = 0;
   std::uint32_t sent_ = 0;        // messages and notifications sent
   std::uint32_t peer_piggy_ = 0;  // the peer's consumed count, piggybacked
   std::uint32_t consumed_ = 0;    // buffers we took and reposted

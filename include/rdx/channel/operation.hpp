@@ -62,6 +62,7 @@ enum class op_kind : std::uint8_t {
   send,
   notify,
   receive,
+  receive_view,  // a receive that borrows its ring buffer (message_view)
   notification
 };
 
@@ -77,7 +78,7 @@ struct op_params {
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
   std::uint32_t tag = 0;           // notification tag
-  std::uint32_t slot = no_slot;    // staging slot a deferred send holds
+  std::uint32_t slot = no_slot;    // staging slot a deferred send holds; a message_view's ring buffer
   std::uint32_t qp = 0;            // queue pair of the last posted request
   std::uint32_t window = no_slot;  // the peer's keys per queue pair (engine::add_peer_window), or rkey
   std::uint64_t seq = 0;           // its send_queue sequence number (moves and withdrawals find it at once)
@@ -162,7 +163,7 @@ public:
   [[nodiscard]] bool deferred() const noexcept { return list_ == detail::op_list::deferred; }
 
   //! Polls the connection once without blocking. @return done().
-  [[nodiscard]] bool test() noexcept;
+  [[nodiscard, gnu::always_inline]] inline bool test() noexcept;
   //! Waits until done or timeout, busy polling (wait_mode::poll) or sleeping
   //! on the completion channel (wait_mode::events).
   //! @return error() when done, else errc::timed_out (the operation stays
@@ -203,6 +204,12 @@ protected:
   [[nodiscard]] std::byte* destination() const noexcept { return dst_; }
   //! Points a receive's destination at d (a derived operation's own storage, after a move).
   void set_destination(std::byte* d) noexcept { dst_ = d; }
+  //! A message_view's ring buffer goes back to the connection (reposted); no-op without one.
+  inline void release_lease() noexcept;
+  //! True while a message_view holds its ring buffer.
+  [[nodiscard]] bool holds_lease() const noexcept {
+    return kind_ == detail::op_kind::receive_view && p_.slot != detail::no_slot && conn_ != nullptr;
+  }
 
 private:
   friend class connection;

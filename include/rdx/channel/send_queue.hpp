@@ -7,6 +7,10 @@
 // polls (connection uses one per queue pair): post() through it, hand every
 // completion of that queue pair's send queue to retire(), and each posted
 // request comes back exactly once, in posting order, with its status.
+//
+// Doorbells: each post is one ibv_post_send, unless posting is held (hold()
+// and release()): requests posted meanwhile are built in the queue's own
+// chain and reach the NIC together, with one ibv_post_send, at release().
 #pragma once
 
 #include <rdx/error.hpp>
@@ -16,9 +20,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace rdx {
 
@@ -45,6 +51,7 @@ public:
   send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
       : qp_(&qp),
         ring_(std::make_unique<sq_record[]>(depth)),
+        chain_(std::make_unique<send_wr[]>(depth)),
         cap_(depth),
         mask_((depth & (depth - 1)) == 0 ? depth - 1 : 0),
         interval_(signal_interval) {
@@ -74,14 +81,91 @@ public:
   [[nodiscard]] std::uint64_t posted_count() const noexcept { return posted_; }
   //! Of those, the ones posted signaled.
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return signaled_; }
+  //! ibv_post_send calls so far (doorbells): one per request, one per release() of held requests.
+  [[nodiscard]] std::uint64_t doorbells() const noexcept { return doorbells_; }
+  //! True while posting is held (hold() without its release()).
+  [[nodiscard]] bool held() const noexcept { return held_ != 0; }
 
   //! Posts w, signaled when the queue was idle or every signal_interval
   //! requests, and records it for retirement. The caller checked has_room().
   //! @return the provider's error (nothing recorded then).
-  [[nodiscard]] std::error_code post(send_wr& w, void* owner, std::uint8_t kind,
-                                     std::uint32_t aux = 0) noexcept {
+  [[nodiscard, gnu::always_inline]] std::error_code post(send_wr& w, void* owner, std::uint8_t kind,
+                                                         std::uint32_t aux = 0) noexcept {
     const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
     return record(w, owner, kind, aux, sig);
+  }
+
+  //! post(), with the request built by make() (a builder call such as
+  //! [&] { return wr::write(sge, to); }) where it is posted from, never
+  //! copied on the way. While posting is held it is copied into the chain
+  //! (emplace_held() builds it there instead).
+  template <class Make>
+  [[nodiscard]] std::error_code emplace(Make&& make, void* owner, std::uint8_t kind,
+                                        std::uint32_t aux = 0) noexcept {
+    const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
+    send_wr w = std::forward<Make>(make)();
+    return record(w, owner, kind, aux, sig);
+  }
+
+  //! emplace() while posting is held (hold()): the request is built in the
+  //! chain it is posted from at release().
+  template <class Make>
+  void emplace_held(Make&& make, void* owner, std::uint8_t kind, std::uint32_t aux = 0) noexcept {
+    const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
+    send_wr* slot = &chain_[chained_];
+    std::destroy_at(slot);
+    ::new (static_cast<void*>(slot)) send_wr(std::forward<Make>(make)());
+    (void)record(*slot, owner, kind, aux, sig);  // held: kept, never fails
+  }
+
+  //! Holds posting back until the matching release(): requests posted
+  //! meanwhile are recorded (they count as outstanding, has_room() sees
+  //! them) and kept in the queue's chain. Nests.
+  void hold() noexcept { ++held_; }
+
+  //! Ends a hold(); the outermost one posts the held requests with one
+  //! ibv_post_send. When the provider refuses request j, those before it
+  //! are posted and stay outstanding; j and the ones after it never reached
+  //! the NIC: their records are taken back (the queue is as if they had
+  //! never been posted) and each is handed to unposted(record, error), in
+  //! posting order. unposted must not post on this queue.
+  //! @return the provider's error, or empty.
+  template <class F>
+  [[nodiscard]] std::error_code release(F&& unposted) noexcept {
+    if (held_ == 0 || --held_ != 0) return {};
+    return flush(std::forward<F>(unposted));
+  }
+
+  //! Posts the held requests now, as release() does, and stays held (a
+  //! wait inside a hold must not wait for requests that never left).
+  template <class F>
+  [[nodiscard]] std::error_code flush(F&& unposted) noexcept {
+    if (chained_ == 0) return {};
+    const std::uint32_t n = std::exchange(chained_, 0);
+    std::size_t bad = n;
+    ++doorbells_;
+    const std::error_code ec = qp_->post_send(std::span<send_wr>(chain_.get(), n), &bad);
+    if (!ec) return {};
+    const std::uint64_t end = tail_;
+    const std::uint64_t first = tail_ - (n - bad);
+    for (std::uint64_t s = first; s != end; ++s) {
+      --posted_;
+      if (ring_[slot(s)].signaled) --signaled_;
+    }
+    tail_ = first;
+    // The signaling state as it was after the last request that was posted.
+    covered_ = head_;
+    since_signal_ = 0;
+    for (std::uint64_t s = head_; s != tail_; ++s) {
+      if (ring_[slot(s)].signaled) {
+        covered_ = s + 1;
+        since_signal_ = 0;
+      } else {
+        ++since_signal_;
+      }
+    }
+    for (std::uint64_t s = first; s != end; ++s) unposted(ring_[slot(s)], ec);
+    return ec;
   }
 
   //! Posts w signaled, so its own completion retires it (a memory-window
@@ -94,7 +178,7 @@ public:
   //! Makes the last posted request produce a completion: posts a signaled
   //! zero-length RDMA write (it needs no address or key) when it does not.
   //! @return false when that post failed.
-  bool cover() noexcept {
+  [[gnu::always_inline]] bool cover() noexcept {
     if (covered_ == tail_ || tail_ - head_ >= cap_) return true;  // full: its last entry is signaled
     send_wr w = wr::write(std::span<const ibv_sge>{}, remote_ptr{0, 0});
     return !record(w, nullptr, 0, 0, true);
@@ -166,11 +250,17 @@ private:
     return mask_ != 0 ? seq & mask_ : seq % cap_;
   }
 
-  [[nodiscard]] std::error_code record(send_wr& w, void* owner, std::uint8_t kind, std::uint32_t aux,
-                                       bool sig) noexcept {
+  // Inlined into every post: the data path's cost is counted (bench/cost_model.sh).
+  [[nodiscard, gnu::always_inline]] std::error_code record(send_wr& w, void* owner, std::uint8_t kind,
+                                                           std::uint32_t aux, bool sig) noexcept {
     w.id(wr_id_tag | tail_);
     w.signaled(sig);
-    if (std::error_code ec = qp_->post_send(w)) return ec;
+    if (held_ != 0) [[unlikely]] {
+      hold_back(w);
+    } else {
+      ++doorbells_;
+      if (std::error_code ec = qp_->post_send(w)) return ec;
+    }
     ring_[slot(tail_)] = sq_record{owner, tail_, aux, kind, sig};
     ++tail_;
     ++posted_;
@@ -184,8 +274,15 @@ private:
     return {};
   }
 
+  // Held: w goes to the chain for release() (emplace() built it there already).
+  [[gnu::noinline]] void hold_back(send_wr& w) noexcept {
+    if (&w != &chain_[chained_]) chain_[chained_] = w;
+    ++chained_;
+  }
+
   queue_pair* qp_;
   std::unique_ptr<sq_record[]> ring_;
+  std::unique_ptr<send_wr[]> chain_;  // held requests, built in place, posted at release()
   std::uint64_t cap_;
   std::uint64_t mask_;
   std::uint32_t interval_;
@@ -193,7 +290,9 @@ private:
   std::uint64_t head_ = 0;     // next record to retire
   std::uint64_t tail_ = 0;     // next record to post
   std::uint64_t covered_ = 0;  // tail_ right after the last signaled post
-  std::uint64_t posted_ = 0, signaled_ = 0;
+  std::uint64_t posted_ = 0, signaled_ = 0, doorbells_ = 0;
+  std::uint32_t held_ = 0;     // hold() depth
+  std::uint32_t chained_ = 0;  // requests in chain_
 };
 
 }  // namespace rdx

@@ -309,7 +309,7 @@ public:
   //! Posts one send-queue work request (inline when it fits max_inline_data).
   //! @return empty, errc::not_ready when the QP is not in RTS, or the errno from
   //! ibv_post_send (ENOMEM: send queue full).
-  [[nodiscard]] std::error_code post_send(send_wr& w) noexcept {
+  [[nodiscard, gnu::always_inline]] std::error_code post_send(send_wr& w) noexcept {
     if (state_ != qp_state::rts) {
       [[unlikely]] return make_error_code(errc::not_ready);
     }
@@ -427,10 +427,13 @@ private:
       w.native().send_flags |= IBV_SEND_INLINE;
     }
   }
-  static std::error_code post_result(int rc) noexcept {
-    if (rc == 0) {
+  [[gnu::always_inline]] static std::error_code post_result(int rc) noexcept {
+    if (rc == 0) [[likely]] {
       return {};
     }
+    return post_error(rc);
+  }
+  [[gnu::cold, gnu::noinline]] static std::error_code post_error(int rc) noexcept {
     int e = rc > 0 ? rc : (errno != 0 ? errno : EINVAL);
     return {e, std::generic_category()};
   }

@@ -76,7 +76,17 @@ inline void engine::deliver() noexcept {
     const std::uint32_t i = ring_.take_message();
     const std::uint32_t n = ring_.entry(i).bytes;
     op.bytes_ = n;
-    if (n > op.dst_capacity_ || n % op.elem_size_ != 0 || (op.exact_ && n != op.dst_capacity_)) {
+    if (op.kind_ == op_kind::receive_view && n % op.elem_size_ == 0) {
+      // Lent, not copied: the buffer is reposted when the view lets it go.
+      op.dst_ = const_cast<std::byte*>(ring_.data(i));
+      op.p_.slot = i;
+      ring_.lend(i, &op);
+      complete(op);
+      continue;
+    }
+    if (op.kind_ == op_kind::receive_view) {
+      op.ec_ = make_error_code(errc::limit_exceeded);
+    } else if (n > op.dst_capacity_ || n % op.elem_size_ != 0 || (op.exact_ && n != op.dst_capacity_)) {
       op.ec_ = make_error_code(errc::limit_exceeded);
     } else {
       std::memcpy(op.dst_, ring_.data(i), n);
@@ -241,6 +251,7 @@ inline void engine::fail(std::error_code ec) noexcept {
 // last one is not: its flush retires them all (posting to a queue pair in
 // ERR is allowed; the request completes at once with a flush error).
 inline void engine::to_error() noexcept {
+  flush_held();  // what a batch holds flushes with the rest
   for (auto& q : qps_) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_ERR;

@@ -38,6 +38,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <poll.h>
@@ -61,7 +62,7 @@ public:
   inline int progress() noexcept;
   inline std::error_code run_until(std::chrono::steady_clock::time_point deadline, wait_mode mode,
                                    const operation* op) noexcept;
-  inline void cover_all() noexcept;
+  [[gnu::always_inline]] inline void cover_all() noexcept;
   //! Withdraws op from every list and detaches its posted work (no resume).
   inline void forget(operation& op) noexcept;
   //! Ends a pending op now with ec; its coroutine resumes at the next progress.
@@ -88,11 +89,18 @@ public:
   inline void start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t a,
                            std::uint64_t b) noexcept;
   inline void start_send(operation& op, const void* data, std::size_t bytes) noexcept;
+  inline void start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
+                                    std::size_t bytes) noexcept;
   inline void start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
                            std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept;
   inline void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                             bool exact) noexcept;
   inline void start_notification(operation& op) noexcept;
+  inline void start_receive_view(operation& op, std::uint32_t elem_size) noexcept;
+  //! A message_view gives its ring buffer back: queued for repost (credits follow).
+  inline void release_view(operation& op) noexcept;
+  //! Points the ring's record of a lent buffer at op (a moved message_view).
+  void relend(operation& op) noexcept { ring_.lend(op.p_.slot, &op); }
 
   // --- grants (grants.hpp) ------------------------------------------------------
 
@@ -136,6 +144,20 @@ protected:
     for (const auto& q : sqs_) n += q.posted_count();
     return n;
   }
+  [[nodiscard]] std::uint64_t send_doorbells() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto& q : sqs_) n += q.doorbells();
+    return n;
+  }
+  // Every queue pair's posting held while f runs (connection::batch).
+  template <class F>
+  void batch(F&& f);
+  // Posts what held queues keep, and they stay held: before any wait.
+  [[gnu::always_inline]] void flush_held() noexcept {
+    if (holds_ != 0) [[unlikely]]
+      post_held(false);
+  }
+  [[gnu::noinline]] inline void post_held(bool release) noexcept;
   inline std::error_code arm() noexcept;
   inline void ack_event() noexcept;
   inline std::error_code wait_event(std::chrono::milliseconds timeout) noexcept;
@@ -158,7 +180,8 @@ protected:
   bounded_awaiter_base* bounded_ = nullptr;  // intrusive list of suspended bounded awaits
   std::array<completion, 32> cq_buf_{};
   int cq_head_ = 0, cq_count_ = 0;
-  int polling_ = 0;  // poll_once calls under way: receive reposts wait for the outermost's end
+  int polling_ = 0;          // poll_once calls under way: receive reposts wait for the outermost's end
+  std::uint32_t holds_ = 0;  // batch() calls under way: every send queue is held
   remote_descriptor peer_credit_{};
   connect_options opt_{};
   std::uint64_t rr_ = 0;
@@ -233,6 +256,7 @@ protected:
   // posting internals (posting.hpp)
   enum class post_result { all, blocked, failed };
   inline post_result post_some(operation& op) noexcept;
+  [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
   inline void pump() noexcept;
   inline void defer(operation& op) noexcept;
   inline void submit(operation& op) noexcept;
@@ -397,6 +421,7 @@ inline int engine::poll_once() noexcept {
 
 inline int engine::progress() noexcept {
   thread_check::scope guard(thread_, "progress");
+  flush_held();
   if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) housekeeping({});
   const int handled = poll_once();
   if (handled > 0) {
@@ -450,8 +475,35 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
 }
 
 inline void engine::cover_all() noexcept {
+  flush_held();
   if (failed_) return;
   for (auto& q : sqs_) (void)q.cover();
+}
+
+// Holds every send queue while f runs: the requests f's operations post go
+// out with one doorbell per queue pair when it returns (or throws). A wait
+// or progress inside f posts what is held first.
+template <class F>
+void engine::batch(F&& f) {
+  thread_check::scope guard(thread_, "a batch");
+  ++holds_;
+  for (auto& q : sqs_) q.hold();
+  try {
+    std::forward<F>(f)();
+  } catch (...) {
+    post_held(true);
+    throw;
+  }
+  post_held(true);
+}
+
+// Posts what the send queues hold (one doorbell each); with release, ends
+// the outermost batch's hold. Requests the provider refused end their
+// operations' parts with its error, as a refused post does.
+void engine::post_held(bool release) noexcept {
+  auto unposted = [this](const sq_record& r, std::error_code e) { retire(r, e); };
+  for (auto& q : sqs_) (void)(release ? q.release(unposted) : q.flush(unposted));
+  if (release) --holds_;
 }
 
 }  // namespace detail

@@ -86,6 +86,13 @@ inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept 
 // after them (member order) the memory they used.
 inline void engine::shut_down() noexcept {
   closing_ = true;
+  // Message views still holding ring buffers let go of them: their view()
+  // is empty from now on, and their destruction does not touch the connection.
+  ring_.recall_all([](void* h) {
+    auto& v = *static_cast<operation*>(h);
+    v.p_.slot = no_slot;
+    v.dst_ = nullptr;
+  });
   // First the peer loses every key: nothing it sends from now reaches memory.
   revoke_grants();
   while (bounded_ != nullptr) {

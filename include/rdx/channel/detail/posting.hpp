@@ -47,6 +47,7 @@ inline void engine::submit(operation& op) noexcept {
 // deferred sends hold them all, there is nothing to wait for.
 inline bool engine::take_staging(std::uint32_t& slot) noexcept {
   if (free_staging_.empty() && sqs_[0].outstanding() != 0) {
+    flush_held();
     const auto deadline = std::chrono::steady_clock::now() + detection_bound();
     (void)sqs_[0].cover();
     for (unsigned spins = 0; free_staging_.empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
@@ -89,8 +90,9 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   op.p_ = op_params{.length = bytes};
   send_queue& q = sqs_[0];
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
-  if (now && bytes <= q.qp().max_inline_data()) {
-    // Inline: the payload is copied into the work request at post time.
+  if (now && bytes <= q.qp().max_inline_data() && !q.held()) {
+    // Inline: the payload is copied into the work request at post time
+    // (not in a batch, which posts later: the payload goes to staging).
     send_wr w =
         wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
                      ring_.piggyback());
@@ -108,6 +110,19 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   std::memcpy(staging_.data() + std::size_t{slot} * attr_.message_size, data, bytes);
   op.p_.slot = slot;
   if (!now || post_some(op) == post_result::blocked) defer(op);
+}
+
+// A send straight from registered memory: no staging copy; the memory is
+// the NIC's until the operation ends (as a window write's source is).
+inline void engine::start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
+                                          std::size_t bytes) noexcept {
+  thread_check::scope guard(thread_, "sending");
+  op.kind_ = op_kind::send;
+  if (!usable(op)) return;
+  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
+  if (bytes > attr_.message_size) return fail_now(op, make_error_code(errc::limit_exceeded));
+  op.p_ = op_params{.laddr = laddr, .length = bytes, .lkey = lkey};
+  submit(op);
 }
 
 inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
@@ -132,6 +147,24 @@ inline void engine::start_receive(operation& op, void* dst, std::uint32_t capaci
   deliver();
 }
 
+inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) noexcept {
+  thread_check::scope guard(thread_, "receiving");
+  op.kind_ = op_kind::receive_view;
+  op.elem_size_ = elem_size == 0 ? 1 : elem_size;
+  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  receives_.push(op);
+  deliver();
+}
+
+inline void engine::release_view(operation& op) noexcept {
+  thread_check::scope guard(thread_, "releasing a message view");
+  const std::uint32_t i = std::exchange(op.p_.slot, no_slot);
+  op.dst_ = nullptr;
+  ring_.lend(i, nullptr);
+  consume(i);
+  if (polling_ == 0 && ring_.queued() != 0) repost_consumed();
+}
+
 inline void engine::start_notification(operation& op) noexcept {
   thread_check::scope guard(thread_, "waiting for a notification");
   op.kind_ = op_kind::notification;
@@ -150,25 +183,26 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::write:
     case op_kind::read: {
       const std::uint64_t chunk = attr_.chunk_size;
-      while (p.posted < p.length) {
-        const std::uint64_t at_chunk =
-            (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
-        const std::uint64_t len = std::min(p.length - p.posted, chunk - at_chunk);
-        const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
-        send_queue& q = sqs_[qi];
-        if (!q.has_room()) return post_result::blocked;
-        const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
-        // A window's key is per queue pair (each memory window is bound to one).
-        const remote_ptr at{p.raddr + p.posted,
-                            p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
-        send_wr w = op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
-        p.qp = qi;
-        p.seq = q.next_seq();
-        if ((ec = q.post(w, &op, rec_op))) break;
-        ++rr_;
-        ++op.pending_;
-        p.posted += len;
-      }
+      const std::uint64_t at_chunk =
+          (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
+      const std::uint64_t len = p.length - p.posted;
+      // More than one chunk: post_chunks, one doorbell per queue pair.
+      if (len > chunk - at_chunk) return post_chunks(op);
+      const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+      send_queue& q = sqs_[qi];
+      if (!q.has_room()) return post_result::blocked;
+      const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
+      // A window's key is per queue pair (each memory window is bound to one).
+      const remote_ptr at{p.raddr + p.posted,
+                          p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
+      p.qp = qi;
+      p.seq = q.next_seq();
+      if ((ec = q.emplace([&] { return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at); },
+                          &op, rec_op)))
+        break;
+      ++rr_;
+      ++op.pending_;
+      p.posted += len;
       break;
     }
     case op_kind::fetch_add:
@@ -189,11 +223,15 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     }
     case op_kind::send: {
       if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
-      const ibv_sge sge =
-          staging_.sge(std::size_t{p.slot} * attr_.message_size, static_cast<std::uint32_t>(p.length));
-      send_wr w = wr::send_imm(sge, ring_.piggyback());
+      // From a staging slot, or straight from the caller's registered memory.
+      const bool staged = p.slot != no_slot;
+      const ibv_sge sge = staged ? staging_.sge(std::size_t{p.slot} * attr_.message_size,
+                                                static_cast<std::uint32_t>(p.length))
+                                 : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
-      if ((ec = q0.post(w, &op, rec_staged, p.slot))) break;
+      if ((ec = q0.emplace([&] { return wr::send_imm(sge, ring_.piggyback()); }, &op,
+                           staged ? rec_staged : rec_op, staged ? p.slot : 0)))
+        break;
       p.slot = no_slot;  // the record holds it now
       ring_.count_sent();
       op.pending_ = 1;
@@ -221,6 +259,49 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     return post_result::failed;
   }
   return post_result::all;
+}
+
+// The chunks of a write or read that spans several: split at chunk_size
+// boundaries of the remote address, round-robin over the queue pairs, each
+// queue pair's chunks held in its chain and posted with one doorbell.
+engine::post_result engine::post_chunks(operation& op) noexcept {
+  op_params& p = op.p_;
+  const std::uint64_t chunk = attr_.chunk_size;
+  std::error_code ec;
+  bool blocked = false;
+  for (auto& q : sqs_) q.hold();
+  while (p.posted < p.length) {
+    const std::uint64_t at_chunk =
+        (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
+    const std::uint64_t len = std::min(p.length - p.posted, chunk - at_chunk);
+    const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+    send_queue& q = sqs_[qi];
+    if (!q.has_room()) {
+      blocked = true;
+      break;
+    }
+    const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
+    const remote_ptr at{p.raddr + p.posted,
+                        p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
+    p.qp = qi;
+    p.seq = q.next_seq();
+    q.emplace_held([&] { return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at); }, &op,
+                   rec_op);
+    ++rr_;
+    ++op.pending_;
+    p.posted += len;
+  }
+  // Chunks a queue pair refused never reached the NIC: each ends its part of
+  // the operation with the error (retire), and nothing more of it is posted.
+  for (auto& q : sqs_) {
+    const std::error_code rec = q.release([this](const sq_record& r, std::error_code e) { retire(r, e); });
+    if (rec && !ec) ec = rec;
+  }
+  if (!ec) return blocked ? post_result::blocked : post_result::all;
+  p.posted = p.length;
+  if (!op.ec_) op.ec_ = ec;
+  if (op.pending_ == 0) op.done_ = true;
+  return post_result::failed;
 }
 
 // Posts deferred operations, oldest first, while they fit.
