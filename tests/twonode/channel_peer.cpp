@@ -1,14 +1,17 @@
 // twonode test: windows and channels between two hosts. Run on both nodes
 // (RDX_NODE=0 serves, 1 connects to RDX_PEER_ADDR). For K = 1, 2 and 4 queue
-// pairs: striped window write and read of 2 MiB + 4 KiB, fetch_add and
-// compare_swap, channel messages echoed, notifications with data; every byte
-// checked. Exit 0 when all passed, 1 otherwise.
+// pairs: striped window write and read of 2 MiB + 4 KiB (one doorbell per
+// queue pair), fetch_add started in a batch and compare_swap, channel
+// messages echoed (half sent from registered memory, half received as views
+// of the ring), notifications with data; every byte checked. Exit 0 when
+// all passed, 1 otherwise.
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,9 +64,18 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
     counters[3] = 1000;
     // Echo messages (values + 1), then take notifications and check their data.
     for (int i = 0; i < messages; ++i) {
-      auto r = ch.receive();
-      ok(r, "receive");
-      auto e = ch.send(r.value() + 1);
+      std::uint64_t v = 0;
+      if (i % 2 == 0) {
+        auto r = ch.receive();
+        ok(r, "receive");
+        v = r.value();
+      } else {
+        auto r = ch.receive_view();  // read in the ring, its buffer back when r goes
+        ok(r, "receive_view");
+        require(r.view().size() == 1, "a view of one value");
+        v = r.view()[0];
+      }
+      auto e = ch.send(v + 1);
       ok(e, "echo");
     }
     for (int i = 0; i < notes; ++i) {
@@ -94,7 +106,11 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
   rdx::remote_window<std::uint64_t, rights::atomic> c(conn, offer.windows[1]);
   rdx::registered_buffer<std::uint64_t> src(pd, words), back(pd, words);
   for (int i = 0; i < messages; ++i) {
-    auto snd = ch.send(static_cast<std::uint64_t>(i) * 3);
+    // Half from registered memory, no staging copy (the value stays put until the send is done).
+    src[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i) * 3;
+    auto snd = i % 2 == 0 ? ch.send(static_cast<std::uint64_t>(i) * 3)
+                          : ch.send_registered(rdx::local_span<const std::uint64_t>(src).subspan(
+                                static_cast<std::size_t>(i), 1));
     auto r = ch.receive();
     ok(r, "echo receive");
     require(r.value() == static_cast<std::uint64_t>(i) * 3 + 1, "echoed value");
@@ -112,16 +128,24 @@ void run(bool server, const std::string& peer, std::uint32_t k) {
   // Striped write of the whole window, then read back.
   for (std::size_t i = 0; i < words; ++i) src[i] = pattern(i, k);
   const auto posted = conn.posted_count();
+  const auto bells = conn.send_doorbells();
   auto wr = w.write(src, 0);
+  require(conn.send_doorbells() - bells == k, "one doorbell per queue pair for the striped write");
   ok(wr, "striped write");
   require(conn.posted_count() - posted >= 5, "the write was split in chunks");
   auto rd = w.read(back, 0);
   ok(rd, "striped read");
   require(std::memcmp(back.data(), src.data(), words * 8) == 0, "read back equals written");
-  for (int i = 0; i < 5; ++i) {
-    auto fa = c.fetch_add(3, 1);
-    ok(fa, "fetch_add");
-    require(fa.old_value() == 1000u + static_cast<std::uint64_t>(i), "fetch_add old value");
+  // Five fetch_adds started in one batch: one doorbell, old values in order.
+  std::array<rdx::operation, 5> adds;
+  const auto bells_batch = conn.send_doorbells();
+  conn.batch([&] {
+    for (auto& fa : adds) fa = c.fetch_add(3, 1);
+  });
+  require(conn.send_doorbells() - bells_batch == 1, "one doorbell for the batch");
+  for (std::size_t i = 0; i < adds.size(); ++i) {
+    ok(adds[i], "fetch_add");
+    require(adds[i].old_value() == 1000u + i, "fetch_add old value");
   }
   auto cs = c.compare_swap(4, 0, 42);
   ok(cs, "compare_swap");

@@ -90,9 +90,11 @@ public:
   }
   //! An empty view: not started, holds nothing.
   message_view() noexcept = default;
+  //! Takes over o's receive, or o's buffer once it holds one; o is left empty.
   message_view(message_view&&) noexcept = default;
   //! Gives back this view's buffer (if it holds one), then takes over o's.
   message_view& operator=(message_view&&) noexcept = default;
+  //! Gives the buffer back if it holds one (see operation's lifetime rules for a pending one).
   ~message_view() = default;
   //! The message in the ring buffer (byte_count() / sizeof(T) elements);
   //! empty before it arrived, after release() and once the connection is gone.
