@@ -574,7 +574,6 @@ int run_server(const options& o) {
       check_cut(cut, "server");
       return result(o, "server", t, before);
     }
-    if (cut) cut->join();
     // The connection failed: take what had arrived before (a receive started
     // after the failure still takes a message that had arrived), then serve
     // the reconnection.

@@ -26,7 +26,6 @@
 
 #include <infiniband/verbs.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -132,9 +131,10 @@ inline std::map<std::string, std::uint64_t> rxe_counters(const std::string& devi
 //! construction (construct before the traffic starts: under TCG a program
 //! starting beside a busy one takes seconds), takes every command, so the
 //! outage lasts span to within a few ms, and it is timed from when the
-//! program's traffic runs, not from when a script started it. dropped():
-//! the packets netem took off the wire (its qdisc's drop count), or -1
-//! before the cut ended or when tc printed none. Needs root and sch_netem.
+//! program's traffic runs, not from when a script started it. After join():
+//! dropped(), the packets netem took off the wire (its qdisc's drop count,
+//! -1 when tc failed or printed none), lasted() and tc_status(). Needs root
+//! and sch_netem.
 class wire_cut {
 public:
   explicit wire_cut(std::string ifname) : ifname_(std::move(ifname)) {
@@ -150,14 +150,11 @@ public:
     // when this returns, so the cut's commands take effect when written.
     std::fprintf(tc_, "qdisc show dev %s\n", ifname_.c_str());
     std::fflush(tc_);
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (drop_counts().empty()) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        (void)::pclose(std::exchange(tc_, nullptr));
-        ::unlink(out_.c_str());
-        throw std::runtime_error("wire_cut: tc did not answer within 60 s: " + output());
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!await_shows(1, std::chrono::seconds(60))) {
+      (void)::pclose(std::exchange(tc_, nullptr));
+      const std::string said = output();
+      ::unlink(out_.c_str());
+      throw std::runtime_error("wire_cut: tc did not answer within 60 s: " + said);
     }
   }
   //! Cuts the wire after `after`, for `span`, in a thread of its own. Once.
@@ -172,20 +169,18 @@ public:
       std::fprintf(tc_, "qdisc replace dev %s root netem loss 100%%\nqdisc show dev %s\n", ifname.c_str(),
                    ifname.c_str());
       std::fflush(tc_);
-      await_shows(2);
+      (void)await_shows(2, std::chrono::seconds(30));
       start_ = std::chrono::steady_clock::now();
       std::this_thread::sleep_for(span);
       std::fprintf(tc_, "qdisc show dev %s\nqdisc del dev %s root\nqdisc show dev %s\n", ifname.c_str(),
                    ifname.c_str(), ifname.c_str());
       std::fflush(tc_);
-      await_shows(4);
+      (void)await_shows(4, std::chrono::seconds(30));
       end_ = std::chrono::steady_clock::now();
-      const int rc = ::pclose(std::exchange(tc_, nullptr));
+      tc_status_ = ::pclose(std::exchange(tc_, nullptr));
       const std::vector<long long> counts = drop_counts();
       // The third show: netem's count just before it was deleted.
-      dropped_ = rc == 0 && counts.size() >= 3 ? counts[2] : -1;
-      tc_status_ = rc;
-      ended_ = true;
+      dropped_ = tc_status_ == 0 && counts.size() >= 3 ? counts[2] : -1;
     });
   }
   wire_cut(const wire_cut&) = delete;
@@ -199,19 +194,18 @@ public:
   void join() {
     if (thread_.joinable()) thread_.join();
   }
-  //! True once the wire is clean again.
-  [[nodiscard]] bool ended() const noexcept { return ended_; }
-  //! Packets the cut dropped; -1 before it ended or when tc failed or printed no count.
-  [[nodiscard]] long long dropped() const noexcept { return ended_ ? dropped_.load() : -1; }
-  //! What tc printed (its show before the cut and the one before the delete).
+  //! Packets the cut dropped, after join(); -1 when tc failed or printed no count.
+  [[nodiscard]] long long dropped() const noexcept { return dropped_; }
+  //! What tc printed: a show before the cut, one after netem went on, one
+  //! before it came off and one after.
   [[nodiscard]] std::string output() const {
     std::ifstream in(out_);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  //! tc's exit status (pclose), once ended.
+  //! tc's exit status (pclose), after join().
   [[nodiscard]] int tc_status() const noexcept { return tc_status_; }
   //! How long the wire was cut at most (from the confirmed start to the
-  //! confirmed end; at least span), once ended.
+  //! confirmed end; at least span), after join().
   [[nodiscard]] std::chrono::milliseconds lasted() const noexcept {
     return std::chrono::duration_cast<std::chrono::milliseconds>(end_ - start_);
   }
@@ -228,19 +222,21 @@ private:
     }
     return n;
   }
-  // Waits (bounded: 30 s) until tc has answered n shows.
-  void await_shows(std::size_t n) const {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (drop_counts().size() < n && std::chrono::steady_clock::now() < give_up)
+  // Waits until tc has answered n shows; false when it has not within limit.
+  [[nodiscard]] bool await_shows(std::size_t n, std::chrono::seconds limit) const {
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    while (drop_counts().size() < n) {
+      if (std::chrono::steady_clock::now() > give_up) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
   }
   std::string ifname_;
   std::string out_;
   std::FILE* tc_ = nullptr;
   std::thread thread_;
   std::chrono::steady_clock::time_point start_{}, end_{};
-  std::atomic<long long> dropped_{-1};
-  std::atomic<bool> ended_{false};
+  long long dropped_ = -1;  // written by the thread, read after join()
   int tc_status_ = 0;
 };
 

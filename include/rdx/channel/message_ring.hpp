@@ -157,8 +157,6 @@ public:
     lent_ += (holder != nullptr) - (rx_[i].lent != nullptr);
     rx_[i].lent = holder;
   }
-  //! Buffers lent to message views.
-  [[nodiscard]] std::uint32_t lent() const noexcept { return lent_; }
   //! Calls f(holder) for every lent buffer's holder and forgets them all.
   template <class F>
   void recall_all(F&& f) noexcept {

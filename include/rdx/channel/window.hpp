@@ -121,7 +121,7 @@ private:
 //! the element size (checked when the peer builds its remote_window), and
 //! the key for each queue pair of the granting connection.
 struct window_descriptor {
-  remote_descriptor memory{};      //!< memory.rkey: the key on queue pair 0
+  remote_descriptor memory{};  //!< memory.rkey: the key on queue pair 0
   rights granted = rights::none;   //!< what the peer may do; a remote_window needs all of its rights
   std::uint32_t element_size = 0;  //!< sizeof(T) on the granting side
   //! The key on each queue pair, in order (empty: memory.rkey on all).

@@ -76,15 +76,15 @@ inline void engine::deliver() noexcept {
     const std::uint32_t i = ring_.take_message();
     const std::uint32_t n = ring_.entry(i).bytes;
     op.bytes_ = n;
-    if (op.kind_ == op_kind::receive_view && n % op.elem_size_ == 0) {
-      // Lent, not copied: the buffer is reposted when the view lets it go.
-      op.dst_ = const_cast<std::byte*>(ring_.data(i));
-      op.p_.slot = i;
-      ring_.lend(i, &op);
-      complete(op);
-      continue;
-    }
     if (op.kind_ == op_kind::receive_view) {
+      if (n % op.elem_size_ == 0) {
+        // Lent, not copied: the buffer is reposted when the view lets it go.
+        op.dst_ = const_cast<std::byte*>(ring_.data(i));
+        op.p_.slot = i;
+        ring_.lend(i, &op);
+        complete(op);
+        continue;
+      }
       op.ec_ = make_error_code(errc::limit_exceeded);
     } else if (n > op.dst_capacity_ || n % op.elem_size_ != 0 || (op.exact_ && n != op.dst_capacity_)) {
       op.ec_ = make_error_code(errc::limit_exceeded);

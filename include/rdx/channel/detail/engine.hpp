@@ -256,6 +256,27 @@ protected:
   // posting internals (posting.hpp)
   enum class post_result { all, blocked, failed };
   inline post_result post_some(operation& op) noexcept;
+  [[nodiscard, gnu::always_inline]] inline bool send_admitted(operation& op, std::size_t bytes) noexcept;
+  // Bytes from op's next remote address to the end of its chunk (chunk_size boundaries).
+  [[nodiscard, gnu::always_inline]] std::uint64_t chunk_left(const op_params& p) const noexcept {
+    const std::uint64_t chunk = attr_.chunk_size;
+    const std::uint64_t at = p.raddr + p.posted;
+    return chunk - ((chunk & (chunk - 1)) == 0 ? at & (chunk - 1) : at % chunk);
+  }
+  // The queue pair of the next chunk (round-robin).
+  [[nodiscard, gnu::always_inline]] std::uint32_t next_qp() const noexcept {
+    return static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+  }
+  // The write or read of op's next len bytes on queue pair qi. A window's key
+  // is per queue pair (each memory window is bound to one).
+  [[nodiscard, gnu::always_inline]] send_wr chunk_request(const operation& op, std::uint64_t len,
+                                                          std::uint32_t qi) const noexcept {
+    const op_params& p = op.p_;
+    const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
+    const remote_ptr at{p.raddr + p.posted,
+                        p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
+    return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
+  }
   [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
   inline void pump() noexcept;
   inline void defer(operation& op) noexcept;

@@ -81,12 +81,25 @@ inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, s
   submit(op);
 }
 
+// A send of bytes may start: the connection is usable and the size is one
+// message's (else op ends now with the reason).
+inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
+  op.kind_ = op_kind::send;
+  if (!usable(op)) return false;
+  if (bytes == 0) {
+    fail_now(op, make_error_code(errc::invalid_argument));
+    return false;
+  }
+  if (bytes > attr_.message_size) {
+    fail_now(op, make_error_code(errc::limit_exceeded));
+    return false;
+  }
+  return true;
+}
+
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
   thread_check::scope guard(thread_, "sending");
-  op.kind_ = op_kind::send;
-  if (!usable(op)) return;
-  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
-  if (bytes > attr_.message_size) return fail_now(op, make_error_code(errc::limit_exceeded));
+  if (!send_admitted(op, bytes)) return;
   op.p_ = op_params{.length = bytes};
   send_queue& q = sqs_[0];
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
@@ -117,10 +130,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
 inline void engine::start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
                                           std::size_t bytes) noexcept {
   thread_check::scope guard(thread_, "sending");
-  op.kind_ = op_kind::send;
-  if (!usable(op)) return;
-  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
-  if (bytes > attr_.message_size) return fail_now(op, make_error_code(errc::limit_exceeded));
+  if (!send_admitted(op, bytes)) return;
   op.p_ = op_params{.laddr = laddr, .length = bytes, .lkey = lkey};
   submit(op);
 }
@@ -182,24 +192,15 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
   switch (op.kind_) {
     case op_kind::write:
     case op_kind::read: {
-      const std::uint64_t chunk = attr_.chunk_size;
-      const std::uint64_t at_chunk =
-          (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
       const std::uint64_t len = p.length - p.posted;
       // More than one chunk: post_chunks, one doorbell per queue pair.
-      if (len > chunk - at_chunk) return post_chunks(op);
-      const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+      if (len > chunk_left(p)) return post_chunks(op);
+      const std::uint32_t qi = next_qp();
       send_queue& q = sqs_[qi];
       if (!q.has_room()) return post_result::blocked;
-      const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
-      // A window's key is per queue pair (each memory window is bound to one).
-      const remote_ptr at{p.raddr + p.posted,
-                          p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
       p.qp = qi;
       p.seq = q.next_seq();
-      if ((ec = q.emplace([&] { return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at); },
-                          &op, rec_op)))
-        break;
+      if ((ec = q.emplace([&] { return chunk_request(op, len, qi); }, &op, rec_op))) break;
       ++rr_;
       ++op.pending_;
       p.posted += len;
@@ -266,27 +267,20 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
 // queue pair's chunks held in its chain and posted with one doorbell.
 engine::post_result engine::post_chunks(operation& op) noexcept {
   op_params& p = op.p_;
-  const std::uint64_t chunk = attr_.chunk_size;
   std::error_code ec;
   bool blocked = false;
   for (auto& q : sqs_) q.hold();
   while (p.posted < p.length) {
-    const std::uint64_t at_chunk =
-        (chunk & (chunk - 1)) == 0 ? (p.raddr + p.posted) & (chunk - 1) : (p.raddr + p.posted) % chunk;
-    const std::uint64_t len = std::min(p.length - p.posted, chunk - at_chunk);
-    const auto qi = static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+    const std::uint64_t len = std::min(p.length - p.posted, chunk_left(p));
+    const std::uint32_t qi = next_qp();
     send_queue& q = sqs_[qi];
     if (!q.has_room()) {
       blocked = true;
       break;
     }
-    const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
-    const remote_ptr at{p.raddr + p.posted,
-                        p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
     p.qp = qi;
     p.seq = q.next_seq();
-    q.emplace_held([&] { return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at); }, &op,
-                   rec_op);
+    q.emplace_held([&] { return chunk_request(op, len, qi); }, &op, rec_op);
     ++rr_;
     ++op.pending_;
     p.posted += len;
