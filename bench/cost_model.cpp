@@ -71,9 +71,9 @@ void keep(T& v) noexcept {
 }
 
 // The operations measured, in the order they run (--only names them).
-constexpr const char* operations[] = {
-    "build",     "post",         "poll",       "window_write", "window_read",
-    "fetch_add", "compare_swap", "channel_64", "channel_4k",   "channel_4k_zero_copy"};
+constexpr const char* operations[] = {"build",        "post",        "post_extended",       "poll",
+                                      "window_write", "window_read", "fetch_add",           "compare_swap",
+                                      "channel_64",   "channel_4k",  "channel_4k_zero_copy"};
 
 struct options {
   unsigned iterations = 256;
@@ -91,9 +91,9 @@ struct options {
                "runs the same operations and checks their results.\n"
                "  --iterations N   measured operations per pass (default 256)\n"
                "  --warmup N       unmeasured operations before each pass (default 32)\n"
-               "  --only OPS       these operations only: build, post, poll, window_write,\n"
-               "                   window_read, fetch_add, compare_swap, channel_64, channel_4k,\n"
-               "                   channel_4k_zero_copy\n"
+               "  --only OPS       these operations only: build, post, post_extended, poll,\n"
+               "                   window_write, window_read, fetch_add, compare_swap,\n"
+               "                   channel_64, channel_4k, channel_4k_zero_copy\n"
                "  -h, --help       this text\n");
   std::exit(rc);
 }
@@ -152,9 +152,11 @@ constexpr rdx::rights atomic_rights = rdx::rights::read | rdx::rights::write | r
 
 // The plain-verbs twin: two RC queue pairs on one device, connected to each
 // other, each with a send and a receive completion queue and a registered
-// buffer that the other may write, read and run atomics on.
+// buffer that the other may write, read and run atomics on. The twin posts
+// by ibv_post_send (post_api::classic); a second pair, created with the
+// extended post API, serves post_extended.
 struct raw_end {
-  raw_end(const rdx::protection_domain& pd)
+  raw_end(const rdx::protection_domain& pd, rdx::post_api api = rdx::post_api::classic)
       : mem(region),
         mr(pd, mem.data(), mem.size(),
            rdx::access::local_write | rdx::access::remote_write | rdx::access::remote_read |
@@ -165,7 +167,8 @@ struct raw_end {
            rdx::queue_pair_attr{.max_send_wr = 64,
                                 .max_recv_wr = 64,
                                 .remote_access = rdx::access::remote_write | rdx::access::remote_read |
-                                                 rdx::access::remote_atomic}) {}
+                                                 rdx::access::remote_atomic,
+                                .post = api}) {}
   std::vector<std::byte> mem;
   rdx::memory_region mr;
   rdx::completion_queue scq, rcq;
@@ -179,6 +182,8 @@ struct fixture {
         pd(ctx),
         a(pd),
         b(pd),
+        xa(pd, rdx::post_api::extended),
+        xb(pd, rdx::post_api::extended),
         ca(pd, attr()),
         cb(pd, attr()),
         win(rdx::make_window_buffer<std::byte, win_rights>(pd, region)),
@@ -188,6 +193,8 @@ struct fixture {
         gw(cb, words) {
     a.qp.connect(b.qp.local_endpoint());
     b.qp.connect(a.qp.local_endpoint());
+    xa.qp.connect(xb.qp.local_endpoint());
+    xb.qp.connect(xa.qp.local_endpoint());
     rdx::connect_pair(ca, cb);
     w.emplace(ca, g.descriptor());
     ww.emplace(ca, gw.descriptor());
@@ -203,7 +210,8 @@ struct fixture {
 
   rdx::context ctx;
   rdx::protection_domain pd;
-  raw_end a, b;
+  raw_end a, b;    // ibv_post_send
+  raw_end xa, xb;  // the extended post API
   rdx::connection ca, cb;
   rdx::registered_buffer<std::byte> win;
   rdx::registered_buffer<std::uint64_t> words;
@@ -376,6 +384,37 @@ void run(const options& o) {
       collect(m);
       check(ec, "queue_pair::post_send");
       drain(a.scq.native_handle());
+      return true;
+    });
+  }
+
+  // The same write by the extended post API: by hand (raw), and through
+  // queue_pair::post_send on a queue pair created with it (rdx).
+  if (r.wanted("post_extended")) {
+    ibv_qp_ex* qx = ::ibv_qp_to_qp_ex(f.xa.qp.native_handle());
+    const ibv_sge xsge = f.xa.mr.sge(0, 64);
+    const rdx::remote_ptr xpeer = rdx::at(f.xb.mr.remote());
+    if (qx == nullptr || !f.xa.qp.extended_post()) fail("post_extended: no extended post API on this device");
+    r.pass("raw", "post_extended", [&](bool m) {
+      collect(m);
+      ::ibv_wr_start(qx);
+      qx->wr_id = 1;
+      qx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+      ::ibv_wr_rdma_write(qx, xpeer.rkey, xpeer.addr);
+      ::ibv_wr_set_inline_data(qx, reinterpret_cast<void*>(static_cast<std::uintptr_t>(xsge.addr)),
+                               xsge.length);
+      const int rc = ::ibv_wr_complete(qx);
+      collect(m);
+      if (rc != 0) fail("ibv_wr_complete failed");
+      drain(f.xa.scq.native_handle());
+      return true;
+    });
+    r.pass("rdx", "post_extended", [&](bool m) {
+      collect(m);
+      const std::error_code ec = f.xa.qp.post_send(rdx::wr::write(xsge, xpeer));
+      collect(m);
+      check(ec, "queue_pair::post_send");
+      drain(f.xa.scq.native_handle());
       return true;
     });
   }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace rdx_test {
 
@@ -87,7 +88,15 @@ inline rdx::completion wait_one(rdx::completion_queue& cq,
   return c;
 }
 
+//! The post API the raw verbs tests ask for: RDX_TEST_POST_API=classic runs
+//! them by ibv_post_send (a second ctest entry), otherwise automatic.
+[[nodiscard]] inline rdx::post_api test_post_api() {
+  const char* v = std::getenv("RDX_TEST_POST_API");
+  return v != nullptr && std::string_view(v) == "classic" ? rdx::post_api::classic : rdx::post_api::automatic;
+}
+
 [[nodiscard]] inline rdx::queue_pair_attr all_rights(rdx::queue_pair_attr a) {
+  if (a.post == rdx::post_api::automatic) a.post = test_post_api();
   if (a.remote_access == rdx::access::none)
     a.remote_access = rdx::access::remote_write | rdx::access::remote_read | rdx::access::remote_atomic;
   return a;

@@ -1,5 +1,6 @@
 // rdma tests: every data-path operation over a loopback pair of RC queue pairs
 // (and UD), with the data checked, plus completion errors with hints.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <numeric>
+#include <string_view>
 
 #include "rdma_support.hpp"
 
@@ -178,6 +180,73 @@ TEST_CASE("a batch of writes goes out in one post, completions poll into a span"
     CHECK(out[i].context<op>() == &ops[i]);  // RC completes in order
   }
   CHECK(std::equal(src.begin(), src.end(), win.begin()));
+}
+
+TEST_CASE("queue pairs post by the extended API where the provider offers it") {
+  loopback lb;
+  const bool rxe = lb.ctx.name().rfind("rxe", 0) == 0;
+  INFO("device " << lb.ctx.name() << ", RDX_TEST_POST_API "
+                 << (std::getenv("RDX_TEST_POST_API") ? std::getenv("RDX_TEST_POST_API") : "unset"));
+  if (rdx_test::test_post_api() == rdx::post_api::classic) {
+    CHECK_FALSE(lb.a.extended_post());
+  } else if (rxe) {
+    CHECK(lb.a.extended_post());  // Soft-RoCE offers it for RC
+  }
+  rdx::completion_queue cq(lb.ctx, 4);
+  rdx::queue_pair classic(lb.pd, cq, cq, {.post = rdx::post_api::classic});
+  CHECK_FALSE(classic.extended_post());
+  // UD: rdx posts by ibv_post_send; asking for the extended API names the cause.
+  rdx::queue_pair ud(lb.pd, cq, cq, {.type = rdx::qp_type::ud});
+  CHECK_FALSE(ud.extended_post());
+  try {
+    rdx::queue_pair bad(lb.pd, cq, cq, {.type = rdx::qp_type::ud, .post = rdx::post_api::extended});
+    FAIL("a UD queue pair was created with post_api::extended");
+  } catch (const rdx::error& e) {
+    INFO(e.what());
+    CHECK(std::string_view(e.what()).find("extended post API") != std::string_view::npos);
+    CHECK(std::string_view(e.what()).find("post_api::automatic") != std::string_view::npos);
+  }
+  if (rxe) {
+    rdx::queue_pair ext(lb.pd, cq, cq, {.post = rdx::post_api::extended});
+    CHECK(ext.extended_post());
+  }
+}
+
+TEST_CASE("a refused batch: by ibv_post_send the requests before the bad one go, by the extended API none") {
+  const rdx::post_api api = GENERATE(rdx::post_api::classic, rdx::post_api::automatic);
+  loopback lb({.post = api});
+  const bool extended = lb.a.extended_post();
+  INFO("extended " << extended);
+  rdx::registered_buffer<char> src(lb.pd, 4096);
+  rdx::registered_buffer<char> win(lb.pd, 4096, rdx::access::remote_write);
+  fill(src.span(), 'r');
+  // The second request asks for inline data longer than the queue pair
+  // takes inline: the provider refuses it.
+  const std::uint32_t too_long = lb.a.max_inline_data() + 8;
+  REQUIRE(too_long <= 1024);
+  std::array<op, 3> ops{};
+  std::array<rdx::send_wr, 3> batch{
+      rdx::wr::write(src.sge(0, 16), rdx::at(win.remote(), 0), &ops[0]),
+      rdx::wr::write(src.sge(1024, too_long), rdx::at(win.remote(), 1024), &ops[1]),
+      rdx::wr::write(src.sge(2048, 16), rdx::at(win.remote(), 2048), &ops[2]),
+  };
+  batch[1].native().send_flags |= IBV_SEND_INLINE;
+  std::size_t bad = 99;
+  const std::error_code ec = lb.a.post_send(std::span<rdx::send_wr>(batch), &bad);
+  INFO(ec.message());
+  REQUIRE(ec);
+  CHECK(bad == (extended ? 0u : 1u));
+  // What went reached the peer; nothing else did, and the queue pair still works.
+  REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(3072, 16), rdx::at(win.remote(), 3072))));
+  if (!extended) {
+    auto first = wait_one(lb.cq_a);
+    CHECK(first.ok());
+    CHECK(first.context<op>() == &ops[0]);
+  }
+  CHECK(wait_one(lb.cq_a).ok());
+  CHECK((std::memcmp(win.data(), src.data(), 16) == 0) == !extended);
+  CHECK(std::all_of(win.data() + 1024, win.data() + 3072, [](char c) { return c == 0; }));
+  CHECK(std::memcmp(win.data() + 3072, src.data() + 3072, 16) == 0);
 }
 
 TEST_CASE("selective signaling: only the signaled request completes") {

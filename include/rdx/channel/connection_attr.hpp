@@ -4,6 +4,7 @@
 #pragma once
 
 #include <rdx/verbs/endpoint.hpp>
+#include <rdx/verbs/queue_pair_attr.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -25,6 +26,9 @@ struct connection_attr {
   bool events = false;                      //!< create a completion channel (event mode)
   std::uint8_t port = 0;                    //!< 0: the first ACTIVE port
   std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
+  //! How sends are posted: the extended post API where the provider offers
+  //! it (automatic), or ibv_post_send (classic). queue_pair_attr::post.
+  post_api post = post_api::automatic;
   //! Receives that waited this long on an idle connection send a liveness
   //! probe, so a dead peer is noticed without traffic; 0 turns it off.
   std::chrono::milliseconds keepalive{1000};

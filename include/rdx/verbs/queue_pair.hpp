@@ -70,13 +70,21 @@ public:
       ia.srq = attr.srq->native_handle();
     }
     ia.cap.max_inline_data = attr.max_inline_data.value_or(64);
-    ibv_qp* qp = ::ibv_create_qp(pd.native_handle(), &ia);
+    ibv_qp* qp = create(pd, ia, attr.post);
     int err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
     if (qp == nullptr && !attr.max_inline_data && err == EINVAL) {
       // The default inline size is a wish, not a requirement: retry without it.
       ia.cap.max_inline_data = 0;
-      qp = ::ibv_create_qp(pd.native_handle(), &ia);
+      qp = create(pd, ia, attr.post);
       err = qp == nullptr ? (errno ? errno : EINVAL) : 0;
+    }
+    if (qp == nullptr && attr.post == post_api::extended && err != EINVAL) {
+      detail::throw_errno("ibv_create_qp_ex",
+                          std::string(to_string(attr.type)) + " QP on " + ctx.name() +
+                              " with the extended post API (queue_pair_attr::post = post_api::extended): "
+                              "the provider does not offer it for this queue pair; post_api::automatic "
+                              "uses ibv_post_send where it is missing",
+                          err);
     }
     if (qp == nullptr && err == EINVAL && attr.max_inline_data.value_or(0) > 0) {
       // The device reports no inline limit: find it, so the error can name it.
@@ -93,7 +101,7 @@ public:
                     "max_inline_data %u)",
                     std::string(to_string(attr.type)).c_str(), ctx.name().c_str(), attr.max_send_wr,
                     attr.max_recv_wr, attr.max_send_sge, attr.max_recv_sge, ia.cap.max_inline_data);
-      detail::throw_errno("ibv_create_qp", what, err);
+      detail::throw_errno(attr.post == post_api::extended ? "ibv_create_qp_ex" : "ibv_create_qp", what, err);
     }
     std::shared_ptr<const void> srq;
     if (attr.srq != nullptr) {
@@ -112,7 +120,11 @@ public:
   //! Gives up ownership without destroying (nullptr when empty); the caller calls ibv_destroy_qp
   //! and keeps the protection domain and CQs alive.
   //! @throws rdx::error (errc::not_ready) while another owner shares the queue pair
-  [[nodiscard]] ibv_qp* release() { return detail::release_verbs(h_, "queue_pair"); }
+  [[nodiscard]] ibv_qp* release() {
+    ibv_qp* q = detail::release_verbs(h_, "queue_pair");
+    qpx_ = nullptr;
+    return q;
+  }
   //! True when it owns a queue pair (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
 
@@ -306,14 +318,25 @@ public:
 
   // --- data path: no allocation, no exception, no lock in rdx ---
 
-  //! Posts one send-queue work request (inline when it fits max_inline_data).
+  //! True when sends go by the extended post API (queue_pair_attr::post):
+  //! each request is written into the provider's queue by ibv_wr_* calls,
+  //! with no ibv_send_wr for the provider to read and convert.
+  [[nodiscard]] bool extended_post() const noexcept { return h_ != nullptr && qpx_ != nullptr; }
+
+  //! Posts one send-queue work request (inline when it fits max_inline_data),
+  //! by the extended post API where the queue pair has it.
   //! @return empty, errc::not_ready when the QP is not in RTS, or the errno from
-  //! ibv_post_send (ENOMEM: send queue full).
+  //! ibv_post_send or ibv_wr_complete (ENOMEM, ENOSPC: send queue full).
   [[nodiscard, gnu::always_inline]] std::error_code post_send(send_wr& w) noexcept {
     if (state_ != qp_state::rts) {
       [[unlikely]] return make_error_code(errc::not_ready);
     }
     prepare(w);
+    if (qpx_ != nullptr && extended_carries(w)) [[likely]] {
+      ::ibv_wr_start(qpx_);
+      put_extended(w);
+      return post_result(::ibv_wr_complete(qpx_));
+    }
     w.native().next = nullptr;
     ibv_send_wr* bad = nullptr;
     return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
@@ -323,6 +346,7 @@ public:
 
   //! Posts a batch with one call (one doorbell). On failure *bad_index, when
   //! given, is the index of the first request not posted; those before it were.
+  //! By the extended post API a refused batch is refused whole (*bad_index 0).
   [[nodiscard]] std::error_code post_send(std::span<send_wr> batch,
                                           std::size_t* bad_index = nullptr) noexcept {
     if (bad_index != nullptr) {
@@ -334,8 +358,17 @@ public:
     if (batch.empty()) {
       return {};
     }
+    bool extended = qpx_ != nullptr;
+    for (send_wr& w : batch) {
+      prepare(w);
+      extended = extended && extended_carries(w);
+    }
+    if (extended) {
+      ::ibv_wr_start(qpx_);
+      for (const send_wr& w : batch) put_extended(w);
+      return post_result(::ibv_wr_complete(qpx_));  // all or none: *bad_index stays 0
+    }
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      prepare(batch[i]);
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
     ibv_send_wr* bad = nullptr;
@@ -422,6 +455,112 @@ private:
     return lo;
   }
 
+  // The operations rdx posts by the extended API (UC has no reads or atomics).
+  [[nodiscard]] static std::uint64_t extended_ops(qp_type t) noexcept {
+    std::uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+                        IBV_QP_EX_WITH_SEND_WITH_IMM;
+    if (t == qp_type::rc) {
+      ops |=
+          IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    }
+    return ops;
+  }
+
+  // ibv_create_qp_ex with the extended post API when asked for (automatic or
+  // extended) on an RC or UC queue pair; sets qpx_. Automatic falls back to
+  // ibv_create_qp, so a refusal there is the classic call's own.
+  ibv_qp* create(const protection_domain& pd, ibv_qp_init_attr& ia, post_api api) {
+    if (api == post_api::extended && type_ == qp_type::ud) {
+      errno = EOPNOTSUPP;  // rdx posts UD sends by ibv_post_send
+      return nullptr;
+    }
+    if (api != post_api::classic && type_ != qp_type::ud) {
+      ibv_qp_init_attr_ex ix{};
+      ix.send_cq = ia.send_cq;
+      ix.recv_cq = ia.recv_cq;
+      ix.srq = ia.srq;
+      ix.cap = ia.cap;
+      ix.qp_type = ia.qp_type;
+      ix.sq_sig_all = ia.sq_sig_all;
+      ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      ix.pd = pd.native_handle();
+      ix.send_ops_flags = extended_ops(type_);
+      errno = 0;
+      if (ibv_qp* q = ::ibv_create_qp_ex(pd.native_handle()->context, &ix)) {
+        if (ibv_qp_ex* x = ::ibv_qp_to_qp_ex(q)) {
+          ia.cap = ix.cap;
+          qpx_ = x;
+          return q;
+        }
+        if (int rc = ::ibv_destroy_qp(q); rc != 0) {
+          detail::report_destroy_failure("ibv_destroy_qp", rc);
+        }
+        errno = EOPNOTSUPP;
+      }
+      if (api == post_api::extended) {
+        if (errno == 0) errno = EOPNOTSUPP;
+        return nullptr;
+      }
+    }
+    return ::ibv_create_qp(pd.native_handle(), &ia);
+  }
+
+  // What the extended post API carries here: the operations of extended_ops()
+  // with at most one SGE. Binds, invalidations and gather lists go by
+  // ibv_post_send: Soft-RoCE before rdma-core 64 (Debian 12 ships 44) sets a
+  // list's length to its first entry's times the count in ibv_wr_set_sge_list,
+  // which verbs_datapath's scatter-gather test caught.
+  [[nodiscard, gnu::always_inline]] static bool extended_carries(const send_wr& w) noexcept {
+    const ibv_send_wr& n = w.native();
+    switch (n.opcode) {
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+      case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM:
+      case IBV_WR_RDMA_READ:
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD: return n.num_sge <= 1;
+      default: return false;
+    }
+  }
+
+  // Writes w into the provider's send queue between ibv_wr_start and
+  // ibv_wr_complete: its opcode's call, then its data. The flags go as they
+  // are (IBV_SEND_INLINE included: some providers read it there).
+  [[gnu::always_inline]] void put_extended(const send_wr& w) const noexcept {
+    const ibv_send_wr& n = w.native();
+    qpx_->wr_id = n.wr_id;
+    qpx_->wr_flags = n.send_flags;
+    switch (n.opcode) {
+      case IBV_WR_RDMA_WRITE: ::ibv_wr_rdma_write(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr); break;
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+        ::ibv_wr_rdma_write_imm(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr, n.imm_data);
+        break;
+      case IBV_WR_SEND: ::ibv_wr_send(qpx_); break;
+      case IBV_WR_SEND_WITH_IMM: ::ibv_wr_send_imm(qpx_, n.imm_data); break;
+      case IBV_WR_RDMA_READ: ::ibv_wr_rdma_read(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr); break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+        ::ibv_wr_atomic_cmp_swp(qpx_, n.wr.atomic.rkey, n.wr.atomic.remote_addr, n.wr.atomic.compare_add,
+                                n.wr.atomic.swap);
+        break;
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        ::ibv_wr_atomic_fetch_add(qpx_, n.wr.atomic.rkey, n.wr.atomic.remote_addr, n.wr.atomic.compare_add);
+        break;
+      default: break;  // extended_carries() sent it to ibv_post_send
+    }
+    if (n.num_sge == 1) {
+      const ibv_sge& g = n.sg_list[0];
+      if ((n.send_flags & IBV_SEND_INLINE) != 0) {
+        ::ibv_wr_set_inline_data(qpx_, reinterpret_cast<void*>(static_cast<std::uintptr_t>(g.addr)),
+                                 g.length);
+      } else {
+        ::ibv_wr_set_sge(qpx_, g.lkey, g.addr, g.length);
+      }
+    } else {
+      ::ibv_wr_set_sge_list(qpx_, 0, n.sg_list);  // a zero-length request
+    }
+  }
+
   void prepare(send_wr& w) const noexcept {
     if (w.inline_candidate() && caps_.max_inline_data != 0 && w.total_length() <= caps_.max_inline_data) {
       w.native().send_flags |= IBV_SEND_INLINE;
@@ -469,6 +608,7 @@ private:
   }
 
   std::shared_ptr<ibv_qp> h_;
+  ibv_qp_ex* qpx_ = nullptr;  // the extended post API, when created with it (owned by h_)
   ibv_qp_cap caps_{};
   qp_type type_ = qp_type::rc;
   qp_state state_ = qp_state::reset;

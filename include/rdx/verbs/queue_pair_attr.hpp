@@ -58,6 +58,25 @@ enum class qp_state : int {
   return "?";
 }
 
+//! How a queue pair hands send requests to the provider.
+enum class post_api : int {
+  //! The extended post API (ibv_wr_start, ibv_wr_*, ibv_wr_complete) where
+  //! the provider offers it for an RC or UC queue pair, ibv_post_send otherwise.
+  automatic,
+  classic,   //!< ibv_post_send always
+  extended,  //!< the extended post API, or creation fails naming the provider
+};
+
+//! "automatic", "classic" or "extended".
+[[nodiscard]] constexpr std::string_view to_string(post_api a) noexcept {
+  switch (a) {
+    case post_api::automatic: return "automatic";
+    case post_api::classic: return "classic";
+    case post_api::extended: return "extended";
+  }
+  return "?";
+}
+
 //! Q_Key rdx uses for UD queue pairs unless told otherwise.
 inline constexpr std::uint32_t default_qkey = 0x11111111;
 
@@ -81,15 +100,20 @@ struct queue_pair_attr {
   bool sq_sig_all = false;            //!< every send request completes, whether signaled or not
   //! Receives come from this shared receive queue (kept alive by the QP); max_recv_* are ignored.
   const shared_receive_queue* srq = nullptr;
+  //! How sends are posted (queue_pair::extended_post() says which one it got).
+  //! The extended API builds each request in the provider's queue, with no
+  //! ibv_send_wr between; requests it does not carry (memory-window binds,
+  //! UD sends) still go by ibv_post_send. docs/design.md, "Data path".
+  post_api post = post_api::automatic;
 };
 
 //! Connection settings (RTR and RTS); defaults in docs/design.md, 0 = from the device.
 struct connect_options {
-  std::uint8_t timeout = 14;   //!< 4.096 us * 2^timeout; 0 (infinite) is refused
-  std::uint8_t retry_cnt = 6;  //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
-  std::uint8_t rnr_retry = 7;  //!< 7 = retry forever
+  std::uint8_t timeout = 14;        //!< 4.096 us * 2^timeout; 0 (infinite) is refused
+  std::uint8_t retry_cnt = 6;       //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
+  std::uint8_t rnr_retry = 7;       //!< 7 = retry forever
   std::uint8_t min_rnr_timer = 12;  //!< RC: the RNR NAK delay we ask of a sender, IB encoding (12 = 0.64 ms)
-  std::uint8_t max_rd_atomic = 0;       //!< outstanding reads/atomics we issue; 0: min(device, 16)
+  std::uint8_t max_rd_atomic = 0;   //!< outstanding reads/atomics we issue; 0: min(device, 16)
   std::uint8_t max_dest_rd_atomic = 0;  //!< outstanding reads/atomics we serve; 0: min(device, 16)
   ibv_mtu max_mtu = IBV_MTU_4096;       //!< path MTU = min(local active, remote, this)
   std::uint8_t sl = 0;                  //!< service level of the path

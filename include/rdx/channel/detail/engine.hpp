@@ -334,7 +334,8 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
                          .gid_index = attr_.gid_index,
                          // Zero-length writes (cover, probe) need remote write on every queue
                          // pair; grants add read and atomic (docs/design.md, "Trust").
-                         .remote_access = access::remote_write};
+                         .remote_access = access::remote_write,
+                         .post = attr_.post};
       qps_.emplace_back(pd, cq_, cq_, qa);
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
