@@ -389,7 +389,8 @@ void run(const options& o) {
   }
 
   // The same write by the extended post API: by hand (raw), and through
-  // queue_pair::post_send on a queue pair created with it (rdx).
+  // queue_pair::post_send of a flat_wr (the request by value, no
+  // ibv_send_wr) on a queue pair created with it (rdx).
   if (r.wanted("post_extended")) {
     ibv_qp_ex* qx = ::ibv_qp_to_qp_ex(f.xa.qp.native_handle());
     const ibv_sge xsge = f.xa.mr.sge(0, 64);
@@ -411,7 +412,8 @@ void run(const options& o) {
     });
     r.pass("rdx", "post_extended", [&](bool m) {
       collect(m);
-      const std::error_code ec = f.xa.qp.post_send(rdx::wr::write(xsge, xpeer));
+      rdx::flat_wr w{.sge = xsge, .remote_addr = xpeer.addr, .rkey = xpeer.rkey};
+      const std::error_code ec = f.xa.qp.post_send(w);
       collect(m);
       check(ec, "queue_pair::post_send");
       drain(f.xa.scq.native_handle());

@@ -28,7 +28,11 @@ void fill(std::span<std::uint32_t> s, std::uint32_t seed) {
 }  // namespace
 
 TEST_CASE("window write, read, fetch_add and compare_swap, data checked") {
-  pair p;
+  // By the extended post API (Soft-RoCE offers it) and by ibv_post_send.
+  const rdx::post_api api = GENERATE(rdx::post_api::automatic, rdx::post_api::classic);
+  pair p(rdx::connection_attr{.post = api});
+  INFO("post " << rdx::to_string(api) << ", extended " << p.a.qp(0).extended_post());
+  if (api == rdx::post_api::classic) CHECK_FALSE(p.a.qp(0).extended_post());
   auto target = rdx::make_window_buffer<std::uint32_t, rights::read | rights::write>(p.pd, 1024);
   rdx::grant<std::uint32_t, rights::read | rights::write> g(p.b, target);
   rdx::remote_window<std::uint32_t, rights::read | rights::write> w(p.a, g.descriptor());

@@ -212,6 +212,86 @@ TEST_CASE("queue pairs post by the extended API where the provider offers it") {
   }
 }
 
+TEST_CASE("flat_wr: every kind it carries, by value, data and values checked") {
+  loopback lb;
+  INFO("extended post API: " << lb.a.extended_post());
+  rdx::registered_buffer<char> src(lb.pd, 8192);
+  rdx::registered_buffer<char> win(lb.pd, 8192, rdx::access::remote_write | rdx::access::remote_read);
+  rdx::registered_buffer<char> dst(lb.pd, 8192);
+  rdx::registered_buffer<std::uint64_t> word(lb.pd, 2, rdx::access::remote_atomic);
+  rdx::registered_buffer<std::uint64_t> old(lb.pd, 2);
+  fill(src.span(), 'f');
+  fill(win.span().subspan(6000, 1000), 'w');
+  const auto remote = win.remote();
+  auto post = [&](rdx::flat_wr w) {
+    const std::error_code ec = lb.a.post_send(w);
+    INFO(ec.message());
+    REQUIRE_FALSE(ec);
+    auto c = wait_one(lb.cq_a);
+    INFO(c.error().message());
+    REQUIRE(c.ok());
+    CHECK(c.wr_id() == w.wr_id);
+    return c;
+  };
+  // A write small enough to go inline, and one that is not.
+  post({.wr_id = 1, .sge = src.sge(0, 40), .remote_addr = remote.addr + 8, .rkey = remote.rkey});
+  post({.wr_id = 2, .sge = src.sge(100, 3000), .remote_addr = remote.addr + 1000, .rkey = remote.rkey});
+  CHECK(std::memcmp(win.data() + 8, src.data(), 40) == 0);
+  CHECK(std::memcmp(win.data() + 1000, src.data() + 100, 3000) == 0);
+  CHECK(win[7] == 0);
+  CHECK(win[48] == 0);
+  // A zero-length write completes and touches nothing.
+  post({.wr_id = 3, .remote_addr = 0, .rkey = 0});
+  // A read.
+  auto r = post({.wr_id = 4,
+                 .sge = dst.sge(0, 1000),
+                 .remote_addr = remote.addr + 6000,
+                 .rkey = remote.rkey,
+                 .opcode = IBV_WR_RDMA_READ});
+  CHECK(r.opcode() == IBV_WC_RDMA_READ);
+  CHECK(std::memcmp(dst.data(), win.data() + 6000, 1000) == 0);
+  // Atomics.
+  word[1] = 40;
+  const auto w1 = rdx::at(word.remote(), 8);
+  post({.wr_id = 5,
+        .sge = old.sge(0, 1),
+        .remote_addr = w1.addr,
+        .compare_add = 2,
+        .rkey = w1.rkey,
+        .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD});
+  CHECK(old[0] == 40);
+  CHECK(word[1] == 42);
+  post({.wr_id = 6,
+        .sge = old.sge(1, 1),
+        .remote_addr = w1.addr,
+        .compare_add = 42,
+        .swap = 7,
+        .rkey = w1.rkey,
+        .opcode = IBV_WR_ATOMIC_CMP_AND_SWP});
+  CHECK(old[1] == 42);
+  CHECK(word[1] == 7);
+  // A send with immediate, and a write with immediate.
+  REQUIRE(!lb.b.post_recv(rdx::wr::recv(dst.sge(4096, 4096))));
+  post({.wr_id = 7, .sge = src.sge(0, 500), .imm_data = htonl(99), .opcode = IBV_WR_SEND_WITH_IMM});
+  auto got = wait_one(lb.cq_b);
+  REQUIRE(got.ok());
+  CHECK(got.imm() == 99);
+  CHECK(got.byte_len() == 500);
+  CHECK(std::memcmp(dst.data() + 4096, src.data(), 500) == 0);
+  REQUIRE(!lb.b.post_recv(rdx::wr::recv(dst.sge(4096, 16))));
+  post({.wr_id = 8,
+        .sge = src.sge(0, 64),
+        .remote_addr = remote.addr + 7500,
+        .rkey = remote.rkey,
+        .imm_data = htonl(5),
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM});
+  auto wi = wait_one(lb.cq_b);
+  REQUIRE(wi.ok());
+  CHECK(wi.opcode() == IBV_WC_RECV_RDMA_WITH_IMM);
+  CHECK(wi.imm() == 5);
+  CHECK(std::memcmp(win.data() + 7500, src.data(), 64) == 0);
+}
+
 TEST_CASE("a refused batch: by ibv_post_send the requests before the bad one go, by the extended API none") {
   const rdx::post_api api = GENERATE(rdx::post_api::classic, rdx::post_api::automatic);
   loopback lb({.post = api});

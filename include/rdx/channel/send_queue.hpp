@@ -95,6 +95,14 @@ public:
     return record(w, owner, kind, aux, sig);
   }
 
+  //! post() of a request held by value: by the extended post API it goes
+  //! into the provider's queue with no ibv_send_wr built (the engine's path).
+  [[nodiscard, gnu::always_inline]] std::error_code post(flat_wr& w, void* owner, std::uint8_t kind,
+                                                         std::uint32_t aux = 0) noexcept {
+    const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
+    return record(w, owner, kind, aux, sig);
+  }
+
   //! post(), with the request built by make() (a builder call such as
   //! [&] { return wr::write(sge, to); }) where it is posted from, never
   //! copied on the way. While posting is held it is copied into the chain
@@ -180,7 +188,7 @@ public:
   //! @return false when that post failed.
   [[gnu::always_inline]] bool cover() noexcept {
     if (covered_ == tail_ || tail_ - head_ >= cap_) return true;  // full: its last entry is signaled
-    send_wr w = wr::write(std::span<const ibv_sge>{}, remote_ptr{0, 0});
+    flat_wr w{};
     return !record(w, nullptr, 0, 0, true);
   }
 
@@ -251,16 +259,30 @@ private:
   }
 
   // Inlined into every post: the data path's cost is counted (bench/cost_model.sh).
-  [[nodiscard, gnu::always_inline]] std::error_code record(send_wr& w, void* owner, std::uint8_t kind,
+  // W is a send_wr (the builders') or a flat_wr (the engine's, by value).
+  template <class W>
+  [[nodiscard, gnu::always_inline]] std::error_code record(W& w, void* owner, std::uint8_t kind,
                                                            std::uint32_t aux, bool sig) noexcept {
-    w.id(wr_id_tag | tail_);
-    w.signaled(sig);
+    stamp(w, wr_id_tag | tail_, sig);
     if (held_ != 0) [[unlikely]] {
       hold_back(w);
     } else {
       ++doorbells_;
       if (std::error_code ec = qp_->post_send(w)) return ec;
     }
+    commit(owner, kind, aux, sig);
+    return {};
+  }
+  [[gnu::always_inline]] static void stamp(send_wr& w, std::uint64_t id, bool sig) noexcept {
+    w.id(id);
+    w.signaled(sig);
+  }
+  [[gnu::always_inline]] static void stamp(flat_wr& w, std::uint64_t id, bool sig) noexcept {
+    w.wr_id = id;
+    w.send_flags = sig ? (w.send_flags | IBV_SEND_SIGNALED) : (w.send_flags & ~unsigned{IBV_SEND_SIGNALED});
+  }
+  // The posted request's record and the signaling state.
+  [[gnu::always_inline]] void commit(void* owner, std::uint8_t kind, std::uint32_t aux, bool sig) noexcept {
     ring_[slot(tail_)] = sq_record{owner, tail_, aux, kind, sig};
     ++tail_;
     ++posted_;
@@ -271,12 +293,15 @@ private:
     } else {
       ++since_signal_;
     }
-    return {};
   }
 
   // Held: w goes to the chain for release() (emplace() built it there already).
   [[gnu::noinline]] void hold_back(send_wr& w) noexcept {
     if (&w != &chain_[chained_]) chain_[chained_] = w;
+    ++chained_;
+  }
+  [[gnu::noinline]] void hold_back(const flat_wr& w) noexcept {
+    chain_[chained_] = send_wr::from(w);
     ++chained_;
   }
 

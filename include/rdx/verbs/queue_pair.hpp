@@ -342,7 +342,27 @@ public:
     return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
   }
   //! Posts one send-queue request built in the call (wr::send(...), wr::write(...)).
-  [[nodiscard]] std::error_code post_send(send_wr&& w) noexcept { return post_send(w); }
+  [[nodiscard, gnu::always_inline]] std::error_code post_send(send_wr&& w) noexcept { return post_send(w); }
+
+  //! Posts one request held by value (inline when it fits max_inline_data):
+  //! by the extended post API straight from f's fields, or by ibv_post_send.
+  //! @return as post_send(send_wr&).
+  [[nodiscard, gnu::always_inline]] std::error_code post_send(flat_wr& f) noexcept {
+    if (state_ != qp_state::rts) {
+      [[unlikely]] return make_error_code(errc::not_ready);
+    }
+    if (f.sge.length <= caps_.max_inline_data && caps_.max_inline_data != 0 && inline_kind(f.opcode)) {
+      f.send_flags |= IBV_SEND_INLINE;
+    }
+    if (qpx_ != nullptr && extended_carries(f.opcode)) [[likely]] {
+      ::ibv_wr_start(qpx_);
+      put_extended(f);
+      return post_result(::ibv_wr_complete(qpx_));
+    }
+    send_wr w = send_wr::from(f);
+    ibv_send_wr* bad = nullptr;
+    return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
+  }
 
   //! Posts a batch with one call (one doorbell). On failure *bad_index, when
   //! given, is the index of the first request not posted; those before it were.
@@ -490,6 +510,12 @@ private:
         if (ibv_qp_ex* x = ::ibv_qp_to_qp_ex(q)) {
           ia.cap = ix.cap;
           qpx_ = x;
+          extended_opcodes_ = (1U << IBV_WR_RDMA_WRITE) | (1U << IBV_WR_RDMA_WRITE_WITH_IMM) |
+                              (1U << IBV_WR_SEND) | (1U << IBV_WR_SEND_WITH_IMM);
+          if (type_ == qp_type::rc) {
+            extended_opcodes_ |= (1U << IBV_WR_RDMA_READ) | (1U << IBV_WR_ATOMIC_CMP_AND_SWP) |
+                                 (1U << IBV_WR_ATOMIC_FETCH_AND_ADD);
+          }
           return q;
         }
         if (int rc = ::ibv_destroy_qp(q); rc != 0) {
@@ -505,62 +531,70 @@ private:
     return ::ibv_create_qp(pd.native_handle(), &ia);
   }
 
-  // What the extended post API carries here: the operations of extended_ops()
-  // with at most one SGE. Binds, invalidations and gather lists go by
-  // ibv_post_send: Soft-RoCE before rdma-core 64 (Debian 12 ships 44) sets a
-  // list's length to its first entry's times the count in ibv_wr_set_sge_list,
-  // which verbs_datapath's scatter-gather test caught.
-  [[nodiscard, gnu::always_inline]] static bool extended_carries(const send_wr& w) noexcept {
-    const ibv_send_wr& n = w.native();
-    switch (n.opcode) {
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-      case IBV_WR_SEND:
-      case IBV_WR_SEND_WITH_IMM:
-      case IBV_WR_RDMA_READ:
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD: return n.num_sge <= 1;
-      default: return false;
-    }
+  // What the extended post API carries here: the operations the queue pair
+  // was created with (extended_ops()) with at most one SGE. Binds,
+  // invalidations and gather lists go by ibv_post_send: Soft-RoCE before
+  // rdma-core 64 (Debian 12 ships 44) sets a list's length to its first
+  // entry's times the count in ibv_wr_set_sge_list, which verbs_datapath's
+  // scatter-gather test caught.
+  [[nodiscard, gnu::always_inline]] bool extended_carries(ibv_wr_opcode op) const noexcept {
+    return static_cast<unsigned>(op) < 32 && ((extended_opcodes_ >> static_cast<unsigned>(op)) & 1U) != 0;
+  }
+  [[nodiscard, gnu::always_inline]] bool extended_carries(const send_wr& w) const noexcept {
+    return w.native().num_sge <= 1 && extended_carries(w.opcode());
   }
 
-  // Writes w into the provider's send queue between ibv_wr_start and
-  // ibv_wr_complete: its opcode's call, then its data. The flags go as they
-  // are (IBV_SEND_INLINE included: some providers read it there).
-  [[gnu::always_inline]] void put_extended(const send_wr& w) const noexcept {
-    const ibv_send_wr& n = w.native();
-    qpx_->wr_id = n.wr_id;
-    qpx_->wr_flags = n.send_flags;
-    switch (n.opcode) {
-      case IBV_WR_RDMA_WRITE: ::ibv_wr_rdma_write(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr); break;
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-        ::ibv_wr_rdma_write_imm(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr, n.imm_data);
-        break;
-      case IBV_WR_SEND: ::ibv_wr_send(qpx_); break;
-      case IBV_WR_SEND_WITH_IMM: ::ibv_wr_send_imm(qpx_, n.imm_data); break;
-      case IBV_WR_RDMA_READ: ::ibv_wr_rdma_read(qpx_, n.wr.rdma.rkey, n.wr.rdma.remote_addr); break;
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-        ::ibv_wr_atomic_cmp_swp(qpx_, n.wr.atomic.rkey, n.wr.atomic.remote_addr, n.wr.atomic.compare_add,
-                                n.wr.atomic.swap);
-        break;
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        ::ibv_wr_atomic_fetch_add(qpx_, n.wr.atomic.rkey, n.wr.atomic.remote_addr, n.wr.atomic.compare_add);
-        break;
+  // Writes a request into the provider's send queue between ibv_wr_start
+  // and ibv_wr_complete: its opcode's call, then its data (sge.length 0: a
+  // zero-length request). The flags go as they are (IBV_SEND_INLINE
+  // included: some providers read it there). Everything by value, so a
+  // request built at the call site never needs to be in memory.
+  [[gnu::always_inline]] void put_extended(std::uint64_t wr_id, unsigned flags, ibv_wr_opcode op,
+                                           std::uint32_t rkey, std::uint64_t raddr, std::uint64_t compare_add,
+                                           std::uint64_t swap, __be32 imm, ibv_sge sge) const noexcept {
+    ibv_qp_ex* const q = qpx_;
+    q->wr_id = wr_id;
+    q->wr_flags = flags;
+    switch (op) {
+      case IBV_WR_RDMA_WRITE: ::ibv_wr_rdma_write(q, rkey, raddr); break;
+      case IBV_WR_RDMA_WRITE_WITH_IMM: ::ibv_wr_rdma_write_imm(q, rkey, raddr, imm); break;
+      case IBV_WR_SEND: ::ibv_wr_send(q); break;
+      case IBV_WR_SEND_WITH_IMM: ::ibv_wr_send_imm(q, imm); break;
+      case IBV_WR_RDMA_READ: ::ibv_wr_rdma_read(q, rkey, raddr); break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP: ::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare_add, swap); break;
+      case IBV_WR_ATOMIC_FETCH_AND_ADD: ::ibv_wr_atomic_fetch_add(q, rkey, raddr, compare_add); break;
       default: break;  // extended_carries() sent it to ibv_post_send
     }
-    if (n.num_sge == 1) {
-      const ibv_sge& g = n.sg_list[0];
-      if ((n.send_flags & IBV_SEND_INLINE) != 0) {
-        ::ibv_wr_set_inline_data(qpx_, reinterpret_cast<void*>(static_cast<std::uintptr_t>(g.addr)),
-                                 g.length);
-      } else {
-        ::ibv_wr_set_sge(qpx_, g.lkey, g.addr, g.length);
-      }
+    if (sge.length == 0) {
+      static const ibv_sge none{};
+      ::ibv_wr_set_sge_list(q, 0, &none);
+    } else if ((flags & IBV_SEND_INLINE) != 0) {
+      ::ibv_wr_set_inline_data(q, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sge.addr)), sge.length);
     } else {
-      ::ibv_wr_set_sge_list(qpx_, 0, n.sg_list);  // a zero-length request
+      ::ibv_wr_set_sge(q, sge.lkey, sge.addr, sge.length);
+    }
+  }
+  [[gnu::always_inline]] void put_extended(const flat_wr& f) const noexcept {
+    put_extended(f.wr_id, f.send_flags, f.opcode, f.rkey, f.remote_addr, f.compare_add, f.swap, f.imm_data,
+                 f.sge);
+  }
+  // A request the builders made (one SGE or none; extended_carries()).
+  [[gnu::always_inline]] void put_extended(const send_wr& w) const noexcept {
+    const ibv_send_wr& n = w.native();
+    const ibv_sge sge = n.num_sge == 1 ? n.sg_list[0] : ibv_sge{};
+    if (n.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || n.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      put_extended(n.wr_id, n.send_flags, n.opcode, n.wr.atomic.rkey, n.wr.atomic.remote_addr,
+                   n.wr.atomic.compare_add, n.wr.atomic.swap, n.imm_data, sge);
+    } else {
+      put_extended(n.wr_id, n.send_flags, n.opcode, n.wr.rdma.rkey, n.wr.rdma.remote_addr, 0, 0, n.imm_data,
+                   sge);
     }
   }
 
+  [[nodiscard, gnu::always_inline]] static bool inline_kind(ibv_wr_opcode op) noexcept {
+    return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+           op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  }
   void prepare(send_wr& w) const noexcept {
     if (w.inline_candidate() && caps_.max_inline_data != 0 && w.total_length() <= caps_.max_inline_data) {
       w.native().send_flags |= IBV_SEND_INLINE;
@@ -608,7 +642,8 @@ private:
   }
 
   std::shared_ptr<ibv_qp> h_;
-  ibv_qp_ex* qpx_ = nullptr;  // the extended post API, when created with it (owned by h_)
+  ibv_qp_ex* qpx_ = nullptr;            // the extended post API, when created with it (owned by h_)
+  std::uint32_t extended_opcodes_ = 0;  // bit IBV_WR_x: qpx_ carries opcode x
   ibv_qp_cap caps_{};
   qp_type type_ = qp_type::rc;
   qp_state state_ = qp_state::reset;

@@ -15,6 +15,23 @@
 
 namespace rdx {
 
+//! A send request of one SGE (or none), held by value: an RDMA write or
+//! read, a send, their immediate forms, or an atomic. What the connection
+//! engine posts: queue_pair::post_send(flat_wr&) writes it straight into the
+//! provider's queue by the extended post API, with no ibv_send_wr built, or
+//! converts it (send_wr::from) for ibv_post_send.
+struct flat_wr {
+  std::uint64_t wr_id = 0;
+  ibv_sge sge{};                  //!< length 0: a zero-length request (no SGE)
+  std::uint64_t remote_addr = 0;  //!< the target of an RDMA request or atomic
+  std::uint64_t compare_add = 0;  //!< atomics: the value compared (compare-and-swap) or added
+  std::uint64_t swap = 0;         //!< compare-and-swap: the value written if equal
+  std::uint32_t rkey = 0;         //!< the target's key
+  std::uint32_t imm_data = 0;     //!< network order (htonl), for send_imm and write_imm
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+  unsigned send_flags = IBV_SEND_SIGNALED;  //!< IBV_SEND_*; inline is decided at post
+};
+
 //! A send-queue work request: ibv_send_wr plus room for a one-entry SGL, so a
 //! builder given a single ibv_sge owns it. A longer SGL (a span) is referenced
 //! and must outlive the post. Signaled by default; inline is decided at post
@@ -101,6 +118,22 @@ public:
                            wr_.opcode == IBV_WR_RDMA_WRITE || wr_.opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
   }
 
+  //! The same request as f, for ibv_post_send.
+  static send_wr from(const flat_wr& f) noexcept {
+    send_wr w(f.opcode, f.sge, nullptr);
+    w.wr_.wr_id = f.wr_id;
+    w.wr_.send_flags = f.send_flags;
+    w.wr_.imm_data = f.imm_data;
+    if (f.sge.length == 0) {
+      w.wr_.num_sge = 0;
+    }
+    if (f.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || f.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      w.atomic(remote_ptr{f.remote_addr, f.rkey}, f.compare_add, f.swap);
+    } else {
+      w.remote(remote_ptr{f.remote_addr, f.rkey});
+    }
+    return w;
+  }
   //! A request of kind op over one SGE, copied in; signaled, with ctx as wr_id (what rdx::wr
   //! builds on).
   static send_wr make(ibv_wr_opcode op, const ibv_sge& one, const void* ctx) noexcept {

@@ -269,13 +269,13 @@ protected:
   }
   // The write or read of op's next len bytes on queue pair qi. A window's key
   // is per queue pair (each memory window is bound to one).
-  [[nodiscard, gnu::always_inline]] send_wr chunk_request(const operation& op, std::uint64_t len,
+  [[nodiscard, gnu::always_inline]] flat_wr chunk_request(const operation& op, std::uint64_t len,
                                                           std::uint32_t qi) const noexcept {
     const op_params& p = op.p_;
-    const ibv_sge sge{p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey};
-    const remote_ptr at{p.raddr + p.posted,
-                        p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi]};
-    return op.kind_ == op_kind::read ? wr::read(sge, at) : wr::write(sge, at);
+    return flat_wr{.sge = {p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey},
+                   .remote_addr = p.raddr + p.posted,
+                   .rkey = p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi],
+                   .opcode = op.kind_ == op_kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE};
   }
   [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
   inline void pump() noexcept;

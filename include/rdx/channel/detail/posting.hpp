@@ -106,9 +106,9 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   if (now && bytes <= q.qp().max_inline_data() && !q.held()) {
     // Inline: the payload is copied into the work request at post time
     // (not in a batch, which posts later: the payload goes to staging).
-    send_wr w =
-        wr::send_imm(ibv_sge{reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
-                     ring_.piggyback());
+    flat_wr w{.sge = {reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
+              .imm_data = htonl(ring_.piggyback()),
+              .opcode = IBV_WR_SEND_WITH_IMM};
     op.p_.seq = q.next_seq();
     if (std::error_code ec = q.post(w, &op, rec_op)) return fail_now(op, ec);
     ring_.count_sent();
@@ -200,7 +200,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       if (!q.has_room()) return post_result::blocked;
       p.qp = qi;
       p.seq = q.next_seq();
-      if ((ec = q.emplace([&] { return chunk_request(op, len, qi); }, &op, rec_op))) break;
+      flat_wr w = chunk_request(op, len, qi);
+      if ((ec = q.post(w, &op, rec_op))) break;
       ++rr_;
       ++op.pending_;
       p.posted += len;
@@ -210,10 +211,13 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::compare_swap: {
       if (free_atomics_.empty() || !q0.has_room()) return post_result::blocked;
       const std::uint32_t slot = free_atomics_.pop();
-      const ibv_sge sge = atomics_.sge(slot, 1);
-      const remote_ptr at{p.raddr, p.rkey};
-      send_wr w = op.kind_ == op_kind::compare_swap ? wr::compare_swap(sge, at, p.a, p.b)
-                                                    : wr::fetch_add(sge, at, p.a);
+      flat_wr w{.sge = atomics_.sge(slot, 1),
+                .remote_addr = p.raddr,
+                .compare_add = p.a,
+                .swap = p.b,
+                .rkey = p.rkey,
+                .opcode = op.kind_ == op_kind::compare_swap ? IBV_WR_ATOMIC_CMP_AND_SWP
+                                                            : IBV_WR_ATOMIC_FETCH_AND_ADD};
       p.seq = q0.next_seq();
       if ((ec = q0.post(w, &op, rec_atomic, slot))) {
         free_atomics_.push(slot);
@@ -230,9 +234,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
                                                 static_cast<std::uint32_t>(p.length))
                                  : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
-      if ((ec = q0.emplace([&] { return wr::send_imm(sge, ring_.piggyback()); }, &op,
-                           staged ? rec_staged : rec_op, staged ? p.slot : 0)))
-        break;
+      flat_wr w{.sge = sge, .imm_data = htonl(ring_.piggyback()), .opcode = IBV_WR_SEND_WITH_IMM};
+      if ((ec = q0.post(w, &op, staged ? rec_staged : rec_op, staged ? p.slot : 0))) break;
       p.slot = no_slot;  // the record holds it now
       ring_.count_sent();
       op.pending_ = 1;
@@ -280,7 +283,7 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
     }
     p.qp = qi;
     p.seq = q.next_seq();
-    q.emplace_held([&] { return chunk_request(op, len, qi); }, &op, rec_op);
+    q.emplace_held([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_op);
     ++rr_;
     ++op.pending_;
     p.posted += len;
