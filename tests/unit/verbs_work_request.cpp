@@ -104,6 +104,44 @@ TEST_CASE("one-sided builders fill the remote side and never an lkey") {
   CHECK(cs.native().wr.atomic.swap == 2);
 }
 
+TEST_CASE("a flat_wr converts to the same ibv_send_wr the builders make") {
+  const rdx::remote_ptr to{0x5000, 0x77};
+  // A write, flags and wr_id carried over.
+  rdx::flat_wr fw{.wr_id = 9, .sge = sge(0x1000, 64), .remote_addr = to.addr, .rkey = to.rkey};
+  fw.send_flags |= IBV_SEND_FENCE;
+  rdx::send_wr w = rdx::send_wr::from(fw);
+  const rdx::send_wr built = rdx::wr::write(sge(0x1000, 64), to);
+  CHECK(w.opcode() == IBV_WR_RDMA_WRITE);
+  CHECK(w.wr_id() == 9);
+  CHECK(w.flags() == (IBV_SEND_SIGNALED | IBV_SEND_FENCE));
+  REQUIRE(w.sgl().size() == 1);
+  CHECK(w.sgl()[0].addr == 0x1000);
+  CHECK(w.sgl()[0].length == 64);
+  CHECK(w.native().wr.rdma.remote_addr == built.native().wr.rdma.remote_addr);
+  CHECK(w.native().wr.rdma.rkey == built.native().wr.rdma.rkey);
+  CHECK(w.native().sg_list == &w.sgl()[0]);  // its own SGE, not fw's
+  CHECK(w.native().sg_list != &fw.sge);
+  // Zero length: no SGE at all (a cover or probe write).
+  CHECK(rdx::send_wr::from(rdx::flat_wr{}).sgl().empty());
+  // Atomics fill the atomic fields.
+  rdx::flat_wr fa{.sge = sge(0x2000, 8),
+                  .remote_addr = 0x6008,
+                  .compare_add = 5,
+                  .swap = 6,
+                  .rkey = 0x88,
+                  .opcode = IBV_WR_ATOMIC_CMP_AND_SWP};
+  const rdx::send_wr a = rdx::send_wr::from(fa);
+  CHECK(a.opcode() == IBV_WR_ATOMIC_CMP_AND_SWP);
+  CHECK(a.native().wr.atomic.remote_addr == 0x6008);
+  CHECK(a.native().wr.atomic.rkey == 0x88);
+  CHECK(a.native().wr.atomic.compare_add == 5);
+  CHECK(a.native().wr.atomic.swap == 6);
+  // The immediate goes as given (network order).
+  const rdx::send_wr m = rdx::send_wr::from(
+      rdx::flat_wr{.sge = sge(0x3000, 10), .imm_data = htonl(42), .opcode = IBV_WR_SEND_WITH_IMM});
+  CHECK(m.native().imm_data == rdx::wr::send_imm(sge(0x3000, 10), 42).native().imm_data);
+}
+
 TEST_CASE("flags are set and cleared fluently") {
   auto w = rdx::wr::send(sge(0x1000, 8)).unsignaled().fence().solicited();
   CHECK((w.flags() & IBV_SEND_SIGNALED) == 0);
