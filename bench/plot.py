@@ -53,6 +53,11 @@ def perftest_twin(op):
             "chan_send_bw": "send_bw", "chan_send_lat": "send_lat"}.get(base, base)
 
 
+# (source, op, size, depth) -> {round: [figures]}: rdx/perftest is judged within a round.
+ROUNDS = defaultdict(lambda: defaultdict(list))
+ROUND_OF = re.compile(r"_r(\d+)\.")
+
+
 def load_rdx(out):
     """(source, op, size, depth) -> list of figures (every round and repetition); errors; context."""
     samples, errors, context = defaultdict(list), [], {}
@@ -60,6 +65,8 @@ def load_rdx(out):
     if not paths:
         return samples, [f"no rdx_bench*.json in {out} (rdx_bench did not finish)"], {}
     for path in paths:
+        rm = ROUND_OF.search(path.name)
+        rnd = int(rm.group(1)) if rm else 0
         try:
             data = json.loads(path.read_text())
         except ValueError as e:
@@ -89,6 +96,7 @@ def load_rdx(out):
                 value = b["MBps"] if "_bw" in what else b["lat_us"]
                 op = what + ("_2qp" if qps == "2" else "")
                 key = (api, op, int(size), int(depth or 1))
+                ROUNDS[key][rnd].append(value)
             else:
                 value = to_ns(b["real_time"], b.get("time_unit", "ns"))
                 key = (api, "micro_" + what, int(batch or 0), 0)
@@ -129,7 +137,15 @@ def load_perftest(out):
             errors.append(f"perftest {f.name}: no result line")
         else:
             samples[("perftest", op, size, depth)].append(value)
+            ROUNDS[("perftest", op, size, depth)][int(m.group(4))].append(value)
     return samples, errors
+
+
+def per_round(a, b):
+    """Median over rounds of median(a in round) / median(b in round), or None without a shared round."""
+    ra, rb = ROUNDS.get(a, {}), ROUNDS.get(b, {})
+    ratios = [statistics.median(ra[r]) / statistics.median(rb[r]) for r in ra if rb.get(r) and statistics.median(rb[r])]
+    return statistics.median(ratios) if ratios else None
 
 
 def summary(values):
@@ -182,7 +198,11 @@ def main():
         med = lambda v: statistics.median(v) if v else None
         mr, mw, mp = med(r), med(w), med(p)
         rr = mr / mw if mr and mw else None
-        rp = mr / mp if mr and mp else None
+        # rdx/perftest within each round (perftest runs right after rdx_bench
+        # in every round), the median over rounds; else of all the medians.
+        rp_medians = mr / mp if mr and mp else None
+        rp = per_round(("rdx", op, size, depth), ("perftest", perftest_twin(op), size, depth))
+        rp = rp if rp is not None else rp_medians
         kind = kind_of(op)
         bw, lat = kind == "bw", kind == "lat"
         best_of = max if bw else min
@@ -226,7 +246,7 @@ def main():
                      f"{', '.join(checks)}")
         table.append({"op": op, "size": size, "depth": depth, "unit": unit, "rdx": mr, "raw": mw, "perftest": mp,
                       "rdx_raw": rr, "rdx_raw_best": rb, "rdx_raw_paired": rpair, "rdx_perftest": rp,
-                      "noise": noise, "checks": checks,
+                      "rdx_perftest_of_medians": rp_medians, "noise": noise, "checks": checks,
                       "runs": len(r or [])})
 
     print()
@@ -236,7 +256,8 @@ def main():
           "paired: median over rounds of rdx/raw from one run in which both alternate in 8 blocks each (judged when "
           "present);\nnoise: half the relative range of the separate runs (and of the paired ratios); MISS~: missed, but the other estimate "
           "meets it or the miss lies inside the noise.\nchan_send_* are read against raw send_*, window_* against "
-          "raw verbs on queue pairs of the same depth; perftest: ib_write/read/send_*")
+          "raw verbs on queue pairs of the same depth; perftest: ib_write/read/send_*;\n"
+          "rdx/pt: median over rounds of rdx/perftest within the round (perftest runs right after rdx_bench)")
     print("\n".join(lines))
     print(f"\ntargets: {checked - len(misses)} of {checked} met; {len(misses)} missed "
           f"({sum(m['within_noise'] for m in misses)} within noise)")
