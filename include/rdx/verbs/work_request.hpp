@@ -21,13 +21,14 @@ namespace rdx {
 //! provider's queue by the extended post API, with no ibv_send_wr built, or
 //! converts it (send_wr::from) for ibv_post_send.
 struct flat_wr {
-  std::uint64_t wr_id = 0;
+  std::uint64_t wr_id = 0;        //!< carried back by the completion
   ibv_sge sge{};                  //!< length 0: a zero-length request (no SGE)
   std::uint64_t remote_addr = 0;  //!< the target of an RDMA request or atomic
   std::uint64_t compare_add = 0;  //!< atomics: the value compared (compare-and-swap) or added
   std::uint64_t swap = 0;         //!< compare-and-swap: the value written if equal
   std::uint32_t rkey = 0;         //!< the target's key
   std::uint32_t imm_data = 0;     //!< network order (htonl), for send_imm and write_imm
+  //! IBV_WR_RDMA_WRITE (the default), _WITH_IMM, SEND, SEND_WITH_IMM, RDMA_READ or an atomic
   ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
   unsigned send_flags = IBV_SEND_SIGNALED;  //!< IBV_SEND_*; inline is decided at post
 };
