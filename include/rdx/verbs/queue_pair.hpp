@@ -351,7 +351,7 @@ public:
     if (state_ != qp_state::rts) {
       [[unlikely]] return make_error_code(errc::not_ready);
     }
-    if (f.sge.length <= caps_.max_inline_data && caps_.max_inline_data != 0 && inline_kind(f.opcode)) {
+    if (detail::inline_kind(f.opcode) && fits_inline(f.sge.length)) {
       f.send_flags |= IBV_SEND_INLINE;
     }
     if (qpx_ != nullptr && extended_carries(f.opcode)) [[likely]] {
@@ -475,6 +475,15 @@ private:
     return lo;
   }
 
+  // Each IBV_QP_EX_WITH_x flag is bit IBV_WR_x, so extended_ops() is also
+  // the set of opcodes the queue pair carries (extended_opcodes_).
+  static_assert(IBV_QP_EX_WITH_RDMA_WRITE == 1U << IBV_WR_RDMA_WRITE &&
+                IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM == 1U << IBV_WR_RDMA_WRITE_WITH_IMM &&
+                IBV_QP_EX_WITH_SEND == 1U << IBV_WR_SEND &&
+                IBV_QP_EX_WITH_SEND_WITH_IMM == 1U << IBV_WR_SEND_WITH_IMM &&
+                IBV_QP_EX_WITH_RDMA_READ == 1U << IBV_WR_RDMA_READ &&
+                IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP == 1U << IBV_WR_ATOMIC_CMP_AND_SWP &&
+                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD == 1U << IBV_WR_ATOMIC_FETCH_AND_ADD);
   // The operations rdx posts by the extended API (UC has no reads or atomics).
   [[nodiscard]] static std::uint64_t extended_ops(qp_type t) noexcept {
     std::uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
@@ -510,12 +519,7 @@ private:
         if (ibv_qp_ex* x = ::ibv_qp_to_qp_ex(q)) {
           ia.cap = ix.cap;
           qpx_ = x;
-          extended_opcodes_ = (1U << IBV_WR_RDMA_WRITE) | (1U << IBV_WR_RDMA_WRITE_WITH_IMM) |
-                              (1U << IBV_WR_SEND) | (1U << IBV_WR_SEND_WITH_IMM);
-          if (type_ == qp_type::rc) {
-            extended_opcodes_ |= (1U << IBV_WR_RDMA_READ) | (1U << IBV_WR_ATOMIC_CMP_AND_SWP) |
-                                 (1U << IBV_WR_ATOMIC_FETCH_AND_ADD);
-          }
+          extended_opcodes_ = static_cast<std::uint32_t>(ix.send_ops_flags);  // bit IBV_WR_x (below)
           return q;
         }
         if (int rc = ::ibv_destroy_qp(q); rc != 0) {
@@ -591,12 +595,12 @@ private:
     }
   }
 
-  [[nodiscard, gnu::always_inline]] static bool inline_kind(ibv_wr_opcode op) noexcept {
-    return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-           op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  // A payload of length bytes fits the queue pair's inline limit.
+  [[nodiscard, gnu::always_inline]] bool fits_inline(std::uint64_t length) const noexcept {
+    return caps_.max_inline_data != 0 && length <= caps_.max_inline_data;
   }
   void prepare(send_wr& w) const noexcept {
-    if (w.inline_candidate() && caps_.max_inline_data != 0 && w.total_length() <= caps_.max_inline_data) {
+    if (w.inline_candidate() && fits_inline(w.total_length())) {
       w.native().send_flags |= IBV_SEND_INLINE;
     }
   }

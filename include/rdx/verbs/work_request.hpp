@@ -33,6 +33,14 @@ struct flat_wr {
   unsigned send_flags = IBV_SEND_SIGNALED;  //!< IBV_SEND_*; inline is decided at post
 };
 
+namespace detail {
+//! Send-queue opcodes whose payload may go inline: sends and writes.
+[[nodiscard]] constexpr bool inline_kind(ibv_wr_opcode op) noexcept {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+}  // namespace detail
+
 //! A send-queue work request: ibv_send_wr plus room for a one-entry SGL, so a
 //! builder given a single ibv_sge owns it. A longer SGL (a span) is referenced
 //! and must outlive the post. Signaled by default; inline is decided at post
@@ -115,8 +123,7 @@ public:
   }
   //! Whether the payload may be inlined (send and write kinds, not disabled).
   [[nodiscard]] bool inline_candidate() const noexcept {
-    return !no_inline_ && (wr_.opcode == IBV_WR_SEND || wr_.opcode == IBV_WR_SEND_WITH_IMM ||
-                           wr_.opcode == IBV_WR_RDMA_WRITE || wr_.opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+    return !no_inline_ && detail::inline_kind(wr_.opcode);
   }
 
   //! The same request as f, for ibv_post_send.
