@@ -628,3 +628,74 @@ TEST_CASE("send_queue holds requests for one doorbell; refused ones are taken ba
   CHECK(dst[6] == 0);
   CHECK(dst[7] == src[7]);
 }
+
+TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover)") {
+  const rdx::post_api api = GENERATE(rdx::post_api::classic, rdx::post_api::automatic);
+  raw_pair rp(16, api);
+  rdx::protection_domain& pd = rp.pd;
+  rdx::registered_buffer<std::uint64_t> src(pd, 8);
+  rdx::registered_buffer<std::uint64_t> dst(pd, 8, rdx::access::local_write | rdx::access::remote_write);
+  rdx::registered_buffer<std::byte> big(pd, 1024);
+  for (std::size_t i = 0; i < 8; ++i) src[i] = 2000 + i;
+  rdx::send_queue sq(rp.qa, 16, 4);
+  bool uncovered = false;
+  sq.watch_cover(&uncovered);
+  std::array<int, 8> ids{0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> retired;
+  auto write = [&](std::size_t i) {
+    return rdx::wr::write(src.sge(i, 1), rdx::remote_ptr{dst.remote().addr + 8 * i, dst.rkey()});
+  };
+  auto drain = [&] {
+    REQUIRE(sq.cover());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (sq.outstanding() != 0) {
+      rp.retire(sq, retired);
+      REQUIRE(std::chrono::steady_clock::now() < end);
+    }
+  };
+  // The first request of an idle queue is signaled: nothing to report.
+  rdx::send_wr w0 = write(0);
+  REQUIRE_FALSE(sq.post(w0, &ids[0], 1));
+  CHECK(sq.covered());
+  CHECK_FALSE(uncovered);
+  // The next is not: reported.
+  rdx::send_wr w1 = write(1);
+  REQUIRE_FALSE(sq.post(w1, &ids[1], 1));
+  CHECK_FALSE(sq.covered());
+  CHECK(uncovered);
+  // cover() posts signaled, which reports nothing.
+  uncovered = false;
+  REQUIRE(sq.cover());
+  CHECK(sq.covered());
+  CHECK_FALSE(uncovered);
+  drain();
+  CHECK(retired == std::vector<int>{0, 1});
+
+  // A held chain whose last request (signaled: the first after an idle
+  // queue is, then every fourth) is refused: by ibv_post_send the three before it stay posted, and the last
+  // of them is unsignaled, so the rollback reports the queue uncovered; by
+  // the extended API nothing was posted and the queue is as it was.
+  const bool whole = rp.qa.extended_post();
+  sq.hold();
+  for (std::size_t i = 2; i < 6; ++i) sq.emplace_held([&] { return write(i); }, &ids[i], 1);
+  sq.emplace_held(
+      [&] {
+        rdx::send_wr w = rdx::wr::write(big.sge(0, rp.qa.max_inline_data() + 8),
+                                        rdx::remote_ptr{dst.remote().addr, dst.rkey()});
+        w.native().send_flags |= IBV_SEND_INLINE;
+        return w;
+      },
+      &ids[6], 1);
+  CHECK(sq.covered());  // the refused one was recorded signaled
+  uncovered = false;
+  std::vector<int> unposted;
+  const std::error_code ec = sq.release(
+      [&](const rdx::sq_record& r, std::error_code) { unposted.push_back(*static_cast<int*>(r.owner)); });
+  CHECK(ec);
+  CHECK(unposted == (whole ? std::vector<int>{2, 3, 4, 5, 6} : std::vector<int>{6}));
+  CHECK(sq.covered() == whole);
+  CHECK(uncovered == !whole);
+  drain();
+  CHECK(retired == (whole ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (std::size_t i = 2; i < 6; ++i) CHECK(dst[i] == (whole ? 0 : src[i]));
+}

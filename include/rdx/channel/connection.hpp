@@ -277,9 +277,13 @@ inline void operation::steal(operation& o) noexcept {
 inline operation::~operation() {
   if (conn_ != nullptr &&
       (!done_ || list_ != detail::op_list::none || kind_ == detail::op_kind::receive_view)) {
-    release_lease();
-    if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).forget(*this);
+    leave();
   }
+}
+
+void operation::leave() noexcept {
+  release_lease();
+  if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).forget(*this);
 }
 
 inline bool operation::test() noexcept {

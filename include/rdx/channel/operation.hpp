@@ -142,7 +142,7 @@ public:
   operation& operator=(operation&& o) noexcept;
   operation(const operation&) = delete;
   operation& operator=(const operation&) = delete;
-  ~operation();
+  [[gnu::always_inline]] inline ~operation();
 
   //! True once the operation ended (no polling).
   [[nodiscard]] bool done() const noexcept { return done_; }
@@ -219,6 +219,8 @@ private:
   friend class detail::bounded_awaiter_base;
   explicit operation(connection& c) noexcept : conn_(&c) {}
   void steal(operation& o) noexcept;
+  // The destructor's work for a pending, listed or lending operation (kept out of line).
+  [[gnu::noinline]] inline void leave() noexcept;
 
   connection* conn_ = nullptr;
   std::error_code ec_{};

@@ -50,6 +50,7 @@ public:
   //! @throws rdx::error (errc::invalid_argument) for a depth under 2 or an interval out of range
   send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
       : qp_(&qp),
+        qp_num_(qp.qp_num()),
         ring_(std::make_unique<sq_record[]>(depth)),
         chain_(std::make_unique<send_wr[]>(depth)),
         cap_(depth),
@@ -66,7 +67,13 @@ public:
   //! The queue pair whose send queue this is.
   [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
   //! Its queue pair number.
-  [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_->qp_num(); }
+  [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
+  //! Sets *flag to true whenever this queue may be left uncovered (a request
+  //! posted unsignaled, or signaled ones taken back by a refused chain), so
+  //! that the owner of several queues calls cover() only after such a post.
+  //! The flag must outlive this queue (nullptr: none).
+  void watch_cover(bool* flag) noexcept { uncovered_ = flag; }
+
   //! Requests posted and not yet retired (never above depth).
   [[nodiscard]] std::uint32_t outstanding() const noexcept {
     return static_cast<std::uint32_t>(tail_ - head_);
@@ -172,6 +179,7 @@ public:
         ++since_signal_;
       }
     }
+    if (covered_ != tail_ && uncovered_ != nullptr) *uncovered_ = true;
     for (std::uint64_t s = first; s != end; ++s) unposted(ring_[slot(s)], ec);
     return ec;
   }
@@ -292,6 +300,7 @@ private:
       ++signaled_;
     } else {
       ++since_signal_;
+      if (uncovered_ != nullptr) *uncovered_ = true;
     }
   }
 
@@ -306,6 +315,8 @@ private:
   }
 
   queue_pair* qp_;
+  std::uint32_t qp_num_;
+  bool* uncovered_ = nullptr;  // watch_cover()
   std::unique_ptr<sq_record[]> ring_;
   std::unique_ptr<send_wr[]> chain_;  // held requests, built in place, posted at release()
   std::uint64_t cap_;

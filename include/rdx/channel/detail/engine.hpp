@@ -194,6 +194,7 @@ protected:
   int wake_fd_ = -1;
   bool connected_ = false;
   bool failed_ = false;
+  bool uncovered_ = false;  // a send queue may be uncovered (cover_all has work)
   bool closing_ = false;
   std::error_code failure_{};
   // The failure in detail: what arrived, who disconnected, what stalled (no allocation).
@@ -339,6 +340,7 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
       qps_.emplace_back(pd, cq_, cq_, qa);
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
+      sqs_.back().watch_cover(&uncovered_);
     }
     for (std::uint32_t i = 0; i < attr_.recv_depth; ++i) {
       if (std::error_code ec = ring_.post(qps_[0], i)) {
@@ -496,10 +498,14 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
   return result();
 }
 
+// Only after a post that may have left a queue uncovered (send_queue::watch_cover).
 inline void engine::cover_all() noexcept {
   flush_held();
-  if (failed_) return;
-  for (auto& q : sqs_) (void)q.cover();
+  if (failed_ || !uncovered_) return;
+  uncovered_ = false;
+  for (auto& q : sqs_) {
+    if (!q.cover()) uncovered_ = true;  // tried again at the next cover_all
+  }
 }
 
 // Holds every send queue while f runs: the requests f's operations post go
