@@ -510,6 +510,15 @@ struct raw_pair {
       });
     }
   }
+  // Covers sq and retires until nothing is outstanding (bounded).
+  void drain(rdx::send_queue& sq, std::vector<int>& retired) {
+    REQUIRE(sq.cover());
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (sq.outstanding() != 0) {
+      retire(sq, retired);
+      REQUIRE(std::chrono::steady_clock::now() < end);
+    }
+  }
 };
 }  // namespace
 
@@ -568,14 +577,7 @@ TEST_CASE("send_queue holds requests for one doorbell; refused ones are taken ba
     unposted.push_back(*static_cast<int*>(r.owner));
     unposted_ec.push_back(ec);
   };
-  auto drain = [&] {
-    REQUIRE(sq.cover());
-    const auto end = std::chrono::steady_clock::now() + 20s;
-    while (sq.outstanding() != 0) {
-      rp.retire(sq, retired);
-      REQUIRE(std::chrono::steady_clock::now() < end);
-    }
-  };
+  auto drain = [&] { rp.drain(sq, retired); };
   // Four requests held, one doorbell at release.
   const auto bells = sq.doorbells();
   sq.hold();
@@ -645,14 +647,7 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   auto write = [&](std::size_t i) {
     return rdx::wr::write(src.sge(i, 1), rdx::remote_ptr{dst.remote().addr + 8 * i, dst.rkey()});
   };
-  auto drain = [&] {
-    REQUIRE(sq.cover());
-    const auto end = std::chrono::steady_clock::now() + 20s;
-    while (sq.outstanding() != 0) {
-      rp.retire(sq, retired);
-      REQUIRE(std::chrono::steady_clock::now() < end);
-    }
-  };
+  auto drain = [&] { rp.drain(sq, retired); };
   // The first request of an idle queue is signaled: nothing to report.
   rdx::send_wr w0 = write(0);
   REQUIRE_FALSE(sq.post(w0, &ids[0], 1));
