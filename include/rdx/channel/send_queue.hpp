@@ -168,18 +168,7 @@ public:
       if (ring_[slot(s)].signaled) --signaled_;
     }
     tail_ = first;
-    // The signaling state as it was after the last request that was posted.
-    covered_ = head_;
-    since_signal_ = 0;
-    for (std::uint64_t s = head_; s != tail_; ++s) {
-      if (ring_[slot(s)].signaled) {
-        covered_ = s + 1;
-        since_signal_ = 0;
-      } else {
-        ++since_signal_;
-      }
-    }
-    if (covered_ != tail_ && uncovered_ != nullptr) *uncovered_ = true;
+    resignal();
     for (std::uint64_t s = first; s != end; ++s) unposted(ring_[slot(s)], ec);
     return ec;
   }
@@ -268,18 +257,45 @@ private:
 
   // Inlined into every post: the data path's cost is counted (bench/cost_model.sh).
   // W is a send_wr (the builders') or a flat_wr (the engine's, by value).
+  // The request is recorded before the provider sees it, and taken back when
+  // the provider refuses it: little stays live across the provider's calls.
   template <class W>
   [[nodiscard, gnu::always_inline]] std::error_code record(W& w, void* owner, std::uint8_t kind,
                                                            std::uint32_t aux, bool sig) noexcept {
     stamp(w, wr_id_tag | tail_, sig);
     if (held_ != 0) [[unlikely]] {
       hold_back(w);
-    } else {
-      ++doorbells_;
-      if (std::error_code ec = qp_->post_send(w)) return ec;
+      commit(owner, kind, aux, sig);
+      return {};
     }
+    ++doorbells_;
     commit(owner, kind, aux, sig);
+    if (std::error_code ec = qp_->post_send(w)) [[unlikely]] {
+      take_back();
+      return ec;
+    }
     return {};
+  }
+  // The last record never reached the NIC: the queue is as before it.
+  [[gnu::noinline, gnu::cold]] void take_back() noexcept {
+    --tail_;
+    --posted_;
+    if (ring_[slot(tail_)].signaled) --signaled_;
+    resignal();
+  }
+  // The signaling state as it was after the last request that was posted.
+  void resignal() noexcept {
+    covered_ = head_;
+    since_signal_ = 0;
+    for (std::uint64_t s = head_; s != tail_; ++s) {
+      if (ring_[slot(s)].signaled) {
+        covered_ = s + 1;
+        since_signal_ = 0;
+      } else {
+        ++since_signal_;
+      }
+    }
+    if (covered_ != tail_ && uncovered_ != nullptr) *uncovered_ = true;
   }
   [[gnu::always_inline]] static void stamp(send_wr& w, std::uint64_t id, bool sig) noexcept {
     w.id(id);

@@ -279,6 +279,8 @@ protected:
                    .opcode = op.kind_ == op_kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE};
   }
   [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
+  [[gnu::noinline]] inline post_result post_rdma(operation& op) noexcept;
+  [[gnu::noinline, gnu::cold]] inline post_result refused(operation& op, std::error_code ec) noexcept;
   inline void pump() noexcept;
   inline void defer(operation& op) noexcept;
   inline void submit(operation& op) noexcept;

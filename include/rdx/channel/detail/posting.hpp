@@ -69,7 +69,7 @@ inline void engine::start_rdma(operation& op, op_kind kind, std::uint64_t laddr,
   if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey};
   op.p_.window = window;
-  submit(op);
+  if (!deferred_.empty() || post_rdma(op) == post_result::blocked) defer(op);  // submit(), without the switch
 }
 
 inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey,
@@ -191,22 +191,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
   std::error_code ec;
   switch (op.kind_) {
     case op_kind::write:
-    case op_kind::read: {
-      const std::uint64_t len = p.length - p.posted;
-      // More than one chunk: post_chunks, one doorbell per queue pair.
-      if (len > chunk_left(p)) return post_chunks(op);
-      const std::uint32_t qi = next_qp();
-      send_queue& q = sqs_[qi];
-      if (!q.has_room()) return post_result::blocked;
-      p.qp = qi;
-      p.seq = q.next_seq();
-      flat_wr w = chunk_request(op, len, qi);
-      if ((ec = q.post(w, &op, rec_op))) break;
-      ++rr_;
-      ++op.pending_;
-      p.posted += len;
-      break;
-    }
+    case op_kind::read: return post_rdma(op);
     case op_kind::fetch_add:
     case op_kind::compare_swap: {
       if (free_atomics_.empty() || !q0.has_room()) return post_result::blocked;
@@ -255,14 +240,43 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     }
     default: break;
   }
-  if (ec) {
-    // What was posted finishes on its own; the rest fails here.
-    release_slot(p);
-    if (!op.ec_) op.ec_ = ec;
-    if (op.pending_ == 0) op.done_ = true;
-    return post_result::failed;
+  if (ec) return refused(op, ec);
+  return post_result::all;
+}
+
+// A write or read: one request, or post_chunks when it spans several chunks.
+// Kept apart from post_some, so that its few live values stay in registers
+// across the provider's calls.
+engine::post_result engine::post_rdma(operation& op) noexcept {
+  op_params& p = op.p_;
+  const std::uint64_t len = p.length - p.posted;
+  // More than one chunk: post_chunks, one doorbell per queue pair.
+  if (len > chunk_left(p)) return post_chunks(op);
+  const std::uint32_t qi = next_qp();
+  send_queue& q = sqs_[qi];
+  if (!q.has_room()) return post_result::blocked;
+  p.qp = qi;
+  p.seq = q.next_seq();
+  flat_wr w = chunk_request(op, len, qi);
+  // Counted before the post (taken back if refused), so that little stays live across it.
+  ++rr_;
+  ++op.pending_;
+  p.posted += len;
+  if (std::error_code ec = q.post(w, &op, rec_op)) [[unlikely]] {
+    --op.pending_;
+    p.posted -= len;
+    return refused(op, ec);
   }
   return post_result::all;
+}
+
+// The provider refused op's request: what was posted of op finishes on its
+// own; the rest fails here.
+engine::post_result engine::refused(operation& op, std::error_code ec) noexcept {
+  release_slot(op.p_);
+  if (!op.ec_) op.ec_ = ec;
+  if (op.pending_ == 0) op.done_ = true;
+  return post_result::failed;
 }
 
 // The chunks of a write or read that spans several: split at chunk_size
