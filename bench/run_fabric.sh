@@ -5,16 +5,20 @@
 #   bench/run_fabric.sh [options] [-- extra rdx_bench arguments]
 #
 # Builds rdx_bench (Release) in build-bench, boots two VMs
-# (cmake/softroce/rdx-vm --nodes 2), runs rdx_bench (client on node 0,
-# responder on node 1), then perftest's ib_{write,read,send}_{bw,lat} at the
-# same sizes, depths and message counts, and finally bench/plot.py: one CSV
-# and one JSON of every figure, one PNG, a table of ratios and the targets.
+# (cmake/softroce/rdx-vm --nodes 2) and, figure by figure, runs rdx_bench
+# (client on node 0, responder on node 1) and perftest's
+# ib_{write,read,send}_{bw,lat} at the same size, depth and message count,
+# then bench/plot.py: one CSV and one JSON of every figure, one PNG, a table
+# of ratios and the targets.
 #
 # Options:
 #   --sizes LIST     message sizes: default, all, or a list such as 8,4K,1M
 #   --rounds N       rounds of (rdx_bench, perftest) in the same VMs (default 1);
 #                    twins run back to back, raw first in odd rounds, rdx first in even
 #   --reps N         repetitions of every rdx_bench run within a round (default 1)
+#   --no-interleave  all of rdx_bench, then all of perftest, in each round (the
+#                    default runs them figure by figure: a plan line's rdx_bench
+#                    figures, then its perftest run, one rdx_bench process each)
 #   --out DIR        results folder (default build-bench/fabric-results/<UTC time>)
 #   --build DIR      build folder (default build-bench)
 #   --no-build       use the existing rdx_bench
@@ -32,60 +36,98 @@ if [[ "${1:-}" == "--in-vm" ]]; then
   bench=$3
   read -r -a bench_args < "$out/rdx_bench.args"
   rounds=$(cat "$out/rounds")
+  interleave=$(cat "$out/interleave")
   dev=${RDX_DEVICE:-rxe0}
   mkdir -p "$out/perftest"
-  for ((round = 1; round <= rounds; round++)); do
-    # rdx_bench: twins back to back; which one goes first alternates by round.
-    order=raw_first
-    ((round % 2 == 0)) && order=rdx_first
-    port=$((18600 + round))
+  mapfile -t plan < "$out/plan.txt"
+
+  # One rdx_bench run on port $2, results named rdx_bench_$1.*: the client on
+  # node 0 (further arguments, a filter, go to it), the responder on node 1.
+  rdx_run() {
+    local tag=$1 port=$2 rc=0
+    shift 2
     if [[ "$RDX_NODE" == 0 ]]; then
-      echo "round $round of $rounds: rdx_bench ($order)"
-      rc=0
-      "$bench" "${bench_args[@]}" --rdx_order=$order --rdx_port=$port \
-        --benchmark_out="$out/rdx_bench_r$round.json" --benchmark_out_format=json --benchmark_color=false \
-        > "$out/rdx_bench_r$round.txt" 2> "$out/rdx_bench_r$round.err" || rc=$?
+      "$bench" "${bench_args[@]}" "$@" --rdx_order=$order --rdx_port="$port" \
+        --benchmark_out="$out/rdx_bench_$tag.json" --benchmark_out_format=json --benchmark_color=false \
+        > "$out/rdx_bench_$tag.txt" 2> "$out/rdx_bench_$tag.err" < /dev/null || rc=$?
       # 3: some benchmarks failed, the others are in the JSON; anything else ends the run.
       if ((rc != 0)); then
-        echo "rdx_bench client: status $rc:"; tail -5 "$out/rdx_bench_r$round.err"
+        echo "rdx_bench client ($tag): status $rc:"; tail -5 "$out/rdx_bench_$tag.err"
         ((rc == 3)) || exit 1
       fi
     else
-      "$bench" "${bench_args[@]}" --rdx_port=$port > "$out/responder_r$round.txt" 2>&1 || {
-        echo "rdx_bench responder failed (status $?):"; cat "$out/responder_r$round.txt"; exit 1; }
+      "$bench" "${bench_args[@]}" --rdx_port="$port" > "$out/responder_$tag.txt" 2>&1 < /dev/null || {
+        echo "rdx_bench responder ($tag) failed (status $?):"; cat "$out/responder_$tag.txt"; exit 1; }
     fi
+  }
 
-    # perftest: one process pair per figure, a distinct port each.
-    [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: perftest"
-    port=$((19000 + 200 * round))
-    while read -r op size depth count; do
-      port=$((port + 1))
-      tool=ib_$op
-      args=(-d "$dev" -x 1 -F -s "$size" -n "$count" -p "$port")
-      case $op in
-        *_bw)
-          group=$(( depth / 4 )); (( group < 1 )) && group=1
-          args+=(-t "$depth" -Q "$group")
-          [[ $op == read_bw ]] && args+=(-o "$(( depth < 16 ? depth : 16 ))")
-          ;;
-      esac
-      # The same inline threshold as rdx's default (64 B) for writes and sends.
-      [[ $op != read_* ]] && args+=(-I 64)
-      log="$out/perftest/${op}_s${size}_d${depth}_r${round}.txt"
-      if [[ "$RDX_NODE" == 0 ]]; then
-        echo "${tool} ${args[*]} $RDX_PEER_ADDR" > "$log"
-        ok=0
-        for try in $(seq 1 100); do
-          if timeout 300 "$tool" "${args[@]}" "$RDX_PEER_ADDR" >> "$log" 2>&1; then ok=1; break; fi
-          # Not listening yet (the server of this figure is still starting): try again.
-          grep -q "Couldn't connect\|Unable to open\|Failed to connect" "$log" || break
-          sleep 0.3
-        done
-        [[ $ok == 1 ]] || echo "perftest: $tool size $size depth $depth failed, see $log"
-      else
-        timeout 300 "$tool" "${args[@]}" > "$log.server" 2>&1 || echo "perftest server $tool size $size failed"
-      fi
-    done < "$out/plan.txt"
+  # perftest for one plan line (op size depth count) on port $5: one process pair.
+  perftest_run() {
+    local op=$1 size=$2 depth=$3 count=$4 port=$5 group
+    local tool=ib_$op
+    local args=(-d "$dev" -x 1 -F -s "$size" -n "$count" -p "$port")
+    case $op in
+      *_bw)
+        group=$(( depth / 4 )); (( group < 1 )) && group=1
+        args+=(-t "$depth" -Q "$group")
+        [[ $op == read_bw ]] && args+=(-o "$(( depth < 16 ? depth : 16 ))")
+        ;;
+    esac
+    # The same inline threshold as rdx's default (64 B) for writes and sends.
+    [[ $op != read_* ]] && args+=(-I 64)
+    local log="$out/perftest/${op}_s${size}_d${depth}_r${round}.txt"
+    if [[ "$RDX_NODE" == 0 ]]; then
+      echo "${tool} ${args[*]} $RDX_PEER_ADDR" > "$log"
+      local ok=0
+      for try in $(seq 1 100); do
+        if timeout 300 "$tool" "${args[@]}" "$RDX_PEER_ADDR" >> "$log" 2>&1 < /dev/null; then ok=1; break; fi
+        # Not listening yet (the server of this figure is still starting): try again.
+        grep -q "Couldn't connect\|Unable to open\|Failed to connect" "$log" || break
+        sleep 0.3
+      done
+      [[ $ok == 1 ]] || echo "perftest: $tool size $size depth $depth failed, see $log"
+    else
+      timeout 300 "$tool" "${args[@]}" > "$log.server" 2>&1 < /dev/null || echo "perftest server $tool size $size failed"
+    fi
+  }
+
+  # The rdx_bench figures that a plan line's perftest run is compared with:
+  # raw and rdx twins, paired runs, channels, windows, striped variants.
+  figure_filter() {
+    local op=$1 size=$2 depth=$3 tail="/size:$2"
+    [[ $op == *_bw ]] && tail+="/depth:$depth"
+    echo "^fabric/(paired/)?(chan_|window_)?$op(/(raw|rdx))?$tail(/|\$)"
+  }
+
+  for ((round = 1; round <= rounds; round++)); do
+    # Twins back to back; which one goes first alternates by round.
+    order=raw_first
+    ((round % 2 == 0)) && order=rdx_first
+    if ((interleave)); then
+      # Figure by figure: rdx_bench's figures of a plan line, then perftest's,
+      # so that the host's load moves little between the two.
+      filters=()
+      for ((i = 0; i < ${#plan[@]}; i++)); do
+        read -r op size depth count <<< "${plan[$i]}"
+        filters+=("$(figure_filter "$op" "$size" "$depth")")
+        [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: figure $((i + 1)) of ${#plan[@]}: $op size $size depth $depth ($order, then perftest)"
+        rdx_run "r$round.f$((i + 1))" $((10000 + 1000 * round + i)) --benchmark_filter="${filters[$i]}"
+        perftest_run "$op" "$size" "$depth" "$count" $((31000 + 1000 * round + i))
+      done
+      # Every figure no plan line names (the micro benchmarks, shapes perftest does not run).
+      all=$(IFS='|'; echo "${filters[*]}")
+      [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: the other rdx_bench figures"
+      rdx_run "r$round.rest" $((10000 + 1000 * round + 999)) --benchmark_filter="-($all)"
+    else
+      [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: rdx_bench ($order)"
+      rdx_run "r$round" $((18600 + round))
+      # perftest: one process pair per figure, a distinct port each.
+      [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: perftest"
+      for ((i = 0; i < ${#plan[@]}; i++)); do
+        read -r op size depth count <<< "${plan[$i]}"
+        perftest_run "$op" "$size" "$depth" "$count" $((19001 + 200 * round + i))
+      done
+    fi
   done
   exit 0
 fi
@@ -96,6 +138,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 sizes=default
 reps=1
 rounds=1
+interleave=1
 out=""
 build=$root/build-bench
 do_build=1
@@ -106,6 +149,7 @@ while (($#)); do
     --sizes) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --no-interleave) interleave=0; shift ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
@@ -134,13 +178,14 @@ bench_args=(--rdx_sizes="$sizes" --rdx_bw_bytes=2097152 --rdx_bw_max_msgs=128 --
             --rdx_lat_iters=40 --benchmark_repetitions="$reps" --benchmark_min_time=0.05 "${extra[@]}")
 echo "${bench_args[*]}" > "$out/rdx_bench.args"
 echo "$rounds" > "$out/rounds"
+echo "$interleave" > "$out/interleave"
 "$bench" "${bench_args[@]}" --rdx_plan > "$out/plan.txt"
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "host: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo unknown)"
-  echo "rdx_bench ${bench_args[*]}; rounds: $rounds"
+  echo "rdx_bench ${bench_args[*]}; rounds: $rounds; $( ((interleave)) && echo "figure by figure with perftest" || echo "rdx_bench, then perftest")"
 } > "$out/info.txt"
 echo "run_fabric.sh: $(wc -l < "$out/plan.txt") fabric figures x (raw, rdx, perftest); results in $out"
 
