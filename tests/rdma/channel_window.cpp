@@ -667,7 +667,7 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   CHECK(retired == std::vector<int>{0, 1});
 
   // A held chain whose last request (signaled: the first after an idle
-  // queue is, then every fourth) is refused: by ibv_post_send the three before it stay posted, and the last
+  // queue is, then every fourth) is refused: by ibv_post_send the four before it stay posted, and the last
   // of them is unsignaled, so the rollback reports the queue uncovered; by
   // the extended API nothing was posted and the queue is as it was.
   const bool whole = rp.qa.extended_post();
@@ -693,4 +693,30 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   drain();
   CHECK(retired == (whole ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3, 4, 5}));
   for (std::size_t i = 2; i < 6; ++i) CHECK(dst[i] == (whole ? 0 : src[i]));
+
+  // A request refused alone (not held) is taken back: the queue is as it
+  // was before it, and the signaling interval goes on as if it never was.
+  std::vector<int> before = retired;
+  rdx::send_wr w6 = write(6);
+  REQUIRE_FALSE(sq.post(w6, &ids[6], 1));  // the queue is idle: signaled
+  const auto posted = sq.posted_count();
+  const auto signaled = sq.signaled_count();
+  const auto bells = sq.doorbells();
+  rdx::send_wr bad =
+      rdx::wr::write(big.sge(0, rp.qa.max_inline_data() + 8), rdx::remote_ptr{dst.remote().addr, dst.rkey()});
+  bad.native().send_flags |= IBV_SEND_INLINE;
+  CHECK(sq.post(bad, &ids[0], 1));
+  CHECK(sq.outstanding() == 1);
+  CHECK(sq.posted_count() == posted);
+  CHECK(sq.signaled_count() == signaled);
+  CHECK(sq.doorbells() - bells == 1);
+  CHECK(sq.covered());
+  rdx::send_wr w7 = write(7);
+  REQUIRE_FALSE(sq.post(w7, &ids[7], 1));
+  CHECK_FALSE(sq.covered());  // the second after a signaled one: unsignaled
+  drain();
+  before.insert(before.end(), {6, 7});
+  CHECK(retired == before);
+  CHECK(dst[6] == src[6]);
+  CHECK(dst[7] == src[7]);
 }
