@@ -213,6 +213,21 @@ TEST_CASE("bad input is refused before anything is sent", "[cm]") {
         rdx::errc::invalid_argument);
   CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn, "no-such-host.invalid", 1); }) ==
         rdx::errc::address_error);
+  // An address on this node's network that no host answers: the address is
+  // resolved again each second (the kernel looks at its neighbour table
+  // anew) until the deadline, which then names the cause.
+  const std::string silent = addr.substr(0, addr.rfind('.')) + ".99";
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(
+      channel_test::code_of(
+          [&] { (void)rdx::cm::connect(conn, silent, 1, {}, {.timeout = std::chrono::milliseconds(3500)}); },
+          &why) == rdx::errc::timed_out);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(why);
+  CHECK(why.find("no link-layer address") != std::string::npos);
+  CHECK(took >= std::chrono::milliseconds(3000));
+  CHECK(took < std::chrono::seconds(10));
   CHECK(channel_test::code_of([&] { (void)rdx::cm::connect(conn, addr, 1, {}, {.qp = {.timeout = 0}}); }) ==
         rdx::errc::invalid_argument);
 }

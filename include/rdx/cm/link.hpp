@@ -17,6 +17,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -315,13 +316,7 @@ public:
     const sockaddr_storage to = resolve_host(host, port, false);
     const int ms = static_cast<int>(std::max<long long>(1, o.timeout.count()));
     for (std::size_t i = 0; i < k; ++i) ids_.emplace_back(ch_);
-    for (auto& i : ids_) {
-      if (::rdma_resolve_addr(i.native_handle(), nullptr,
-                              reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&to)), ms) != 0) {
-        fail_errno("rdma_resolve_addr for " + peer_);
-      }
-    }
-    (void)await(RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address");
+    resolve_addresses(to);
     for (auto& i : ids_) {
       if (::rdma_resolve_route(i.native_handle(), ms) != 0) fail_errno("rdma_resolve_route for " + peer_);
     }
@@ -357,6 +352,48 @@ private:
     std::vector<rdma_cm_id*> raw;
     for (auto& i : ids_) raw.push_back(i.native_handle());
     return await_all(ch_, raw, want, deadline_, peer_, step, budget_);
+  }
+
+  // Resolves every id's address, each try bounded by resolve_try: the kernel
+  // looks at the neighbour table again at the end of a try, and a try that
+  // ends without an address (ADDR_ERROR, ETIMEDOUT) is started again until
+  // the deadline. One try as long as the whole budget could miss an ARP
+  // reply that came while it was being queued (seen with several clients
+  // resolving at once) and then answer just after the deadline.
+  static constexpr std::chrono::milliseconds resolve_try{1000};
+  void resolve_addresses(const sockaddr_storage& to) {
+    auto start = [&](rdma_cm_id* i) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - clock::now());
+      const int ms = static_cast<int>(std::clamp<long long>(left.count(), 1, resolve_try.count()));
+      if (::rdma_resolve_addr(i, nullptr, reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&to)),
+                              ms) != 0) {
+        fail_errno("rdma_resolve_addr for " + peer_);
+      }
+    };
+    std::vector<rdma_cm_id*> pending;
+    for (auto& i : ids_) {
+      pending.push_back(i.native_handle());
+      start(pending.back());
+    }
+    while (!pending.empty()) {
+      std::optional<event> e = ch_.next(deadline_);
+      if (!e) {
+        throw error(errc::timed_out, "resolving the address with " + peer_ + ": no " +
+                                         ::rdma_event_str(RDMA_CM_EVENT_ADDR_RESOLVED) + " within " +
+                                         std::to_string(budget_.count()) +
+                                         " ms (no link-layer address for it: is the host up and on a "
+                                         "network an RDMA device here reaches?)");
+      }
+      const auto it = std::find(pending.begin(), pending.end(), e->id);
+      if (it == pending.end()) continue;  // an id resolved already, or not this dialer's
+      if (e->type == RDMA_CM_EVENT_ADDR_RESOLVED) {
+        pending.erase(it);
+      } else if (e->type == RDMA_CM_EVENT_ADDR_ERROR && e->status == -ETIMEDOUT && clock::now() < deadline_) {
+        start(*it);  // no address within this try: again
+      } else if (e->type != RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+        throw event_failure(*e, peer_, "resolving the address");
+      }
+    }
   }
   event_channel ch_;
   std::vector<id> ids_;  // declared after the channel: destroyed first
