@@ -375,20 +375,23 @@ private:
       pending.push_back(i.native_handle());
       start(pending.back());
     }
+    auto timed_out = [&] {
+      return error(errc::timed_out, "resolving the address with " + peer_ + ": no " +
+                                        ::rdma_event_str(RDMA_CM_EVENT_ADDR_RESOLVED) + " within " +
+                                        std::to_string(budget_.count()) +
+                                        " ms (no link-layer address for it: is the host up and on a "
+                                        "network an RDMA device here reaches?)");
+    };
     while (!pending.empty()) {
       std::optional<event> e = ch_.next(deadline_);
-      if (!e) {
-        throw error(errc::timed_out, "resolving the address with " + peer_ + ": no " +
-                                         ::rdma_event_str(RDMA_CM_EVENT_ADDR_RESOLVED) + " within " +
-                                         std::to_string(budget_.count()) +
-                                         " ms (no link-layer address for it: is the host up and on a "
-                                         "network an RDMA device here reaches?)");
-      }
+      if (!e) throw timed_out();
       const auto it = std::find(pending.begin(), pending.end(), e->id);
       if (it == pending.end()) continue;  // an id resolved already, or not this dialer's
       if (e->type == RDMA_CM_EVENT_ADDR_RESOLVED) {
         pending.erase(it);
-      } else if (e->type == RDMA_CM_EVENT_ADDR_ERROR && e->status == -ETIMEDOUT && clock::now() < deadline_) {
+      } else if (e->type == RDMA_CM_EVENT_ADDR_ERROR && e->status == -ETIMEDOUT) {
+        // The last try ends at the deadline: the same error as no event at all.
+        if (clock::now() >= deadline_) throw timed_out();
         start(*it);  // no address within this try: again
       } else if (e->type != RDMA_CM_EVENT_TIMEWAIT_EXIT) {
         throw event_failure(*e, peer_, "resolving the address");
