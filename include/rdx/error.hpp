@@ -116,6 +116,19 @@ inline const std::error_category& wc_category() noexcept {
   return c;
 }
 
+namespace detail {
+// std::system_category(), looked up once. std::error_code{} calls into the
+// standard library for it each time, and the data path returns success on
+// every post and every completion (docs/design.md, "Data path"). Defined
+// before anything that includes this header, so it is set before any of
+// their static objects are.
+inline const std::error_category& system_category_ref = std::system_category();
+// Success: equal to std::error_code{} (0 in std::system_category()), without the call.
+[[gnu::always_inline]] inline std::error_code no_error() noexcept {
+  return {0, system_category_ref};
+}
+}  // namespace detail
+
 //! e as an error code of rdx_category(); found by ADL, so an errc compares with and converts to
 //! std::error_code.
 inline std::error_code make_error_code(errc e) noexcept {
@@ -123,7 +136,7 @@ inline std::error_code make_error_code(errc e) noexcept {
 }
 //! A work completion status as an error code (success maps to an empty code).
 inline std::error_code make_wc_error_code(ibv_wc_status s) noexcept {
-  return s == IBV_WC_SUCCESS ? std::error_code{} : std::error_code{static_cast<int>(s), wc_category()};
+  return s == IBV_WC_SUCCESS ? detail::no_error() : std::error_code{static_cast<int>(s), wc_category()};
 }
 
 //! The one exception type of rdx: what failed ("verb on object"), and why.

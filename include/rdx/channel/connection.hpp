@@ -178,6 +178,8 @@ namespace detail {
 // functions are not part of connection's public interface.
 struct start_access {
   static operation make(connection& c) noexcept { return operation(c); }
+  // An operation of kind k with its parameters, each field written once.
+  static operation make(connection& c, op_kind k, const op_params& p) noexcept { return operation(c, k, p); }
   static engine& of(connection& c) noexcept { return c; }
 };
 

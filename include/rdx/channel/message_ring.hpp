@@ -97,7 +97,7 @@ public:
   //! @param posted_now set to how many were posted (all, or those before the failed one)
   [[nodiscard]] std::error_code post_queued(queue_pair& qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
-    if (queued_ == 0) return {};
+    if (queued_ == 0) return detail::no_error();
     ++repost_calls_;
     if (queued_ == 1) {  // the usual case at a low message rate: no chain to build
       queued_ = 0;

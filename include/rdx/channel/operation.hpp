@@ -218,12 +218,14 @@ private:
   friend struct detail::start_access;
   friend class detail::bounded_awaiter_base;
   explicit operation(connection& c) noexcept : conn_(&c) {}
+  operation(connection& c, detail::op_kind k, const detail::op_params& p) noexcept
+      : conn_(&c), p_(p), kind_(k) {}
   void steal(operation& o) noexcept;
   // The destructor's work for a pending, listed or lending operation (kept out of line).
   [[gnu::noinline]] inline void leave() noexcept;
 
   connection* conn_ = nullptr;
-  std::error_code ec_{};
+  std::error_code ec_ = detail::no_error();
   std::coroutine_handle<> waiter_{};
   detail::bounded_awaiter_base* bounded_ = nullptr;  // the bounded await suspended on it
   operation* prev_ = nullptr;                        // intrusive list links (op_list)

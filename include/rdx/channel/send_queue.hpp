@@ -18,6 +18,7 @@
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/work_request.hpp>
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -51,10 +52,10 @@ public:
   send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
       : qp_(&qp),
         qp_num_(qp.qp_num()),
-        ring_(std::make_unique<sq_record[]>(depth)),
+        ring_(std::make_unique<sq_record[]>(std::bit_ceil(depth))),
         chain_(std::make_unique<send_wr[]>(depth)),
         cap_(depth),
-        mask_((depth & (depth - 1)) == 0 ? depth - 1 : 0),
+        mask_(std::bit_ceil(depth) - 1),
         interval_(signal_interval) {
     if (depth < 2 || signal_interval < 1 || signal_interval >= depth) {
       detail::throw_rdx(errc::invalid_argument, "send_queue: depth " + std::to_string(depth) +
@@ -85,7 +86,7 @@ public:
   //! True when the last posted request will produce a completion.
   [[nodiscard]] bool covered() const noexcept { return covered_ == tail_; }
   //! Requests posted so far, signaled or not.
-  [[nodiscard]] std::uint64_t posted_count() const noexcept { return posted_; }
+  [[nodiscard]] std::uint64_t posted_count() const noexcept { return tail_; }
   //! Of those, the ones posted signaled.
   [[nodiscard]] std::uint64_t signaled_count() const noexcept { return signaled_; }
   //! ibv_post_send calls so far (doorbells): one per request, one per release() of held requests.
@@ -164,7 +165,6 @@ public:
     const std::uint64_t end = tail_;
     const std::uint64_t first = tail_ - (n - bad);
     for (std::uint64_t s = first; s != end; ++s) {
-      --posted_;
       if (ring_[slot(s)].signaled) --signaled_;
     }
     tail_ = first;
@@ -208,7 +208,7 @@ public:
       while (head_ != tail_) {
         const sq_record r = ring_[slot(head_)];
         ++head_;
-        f(r, std::error_code{});
+        f(r, detail::no_error());
         if (r.signaled) break;
       }
       return;
@@ -220,7 +220,7 @@ public:
       ++head_;
       f(r, r.seq == seq    ? c.error()
            : failed_before ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
-                           : std::error_code{});
+                           : detail::no_error());
     }
   }
 
@@ -250,10 +250,8 @@ public:
   }
 
 private:
-  // A power-of-two depth (the usual) indexes with a mask, not a division.
-  [[nodiscard]] std::uint64_t slot(std::uint64_t seq) const noexcept {
-    return mask_ != 0 ? seq & mask_ : seq % cap_;
-  }
+  // The records' ring has a power-of-two size (depth rounded up): a mask, not a division.
+  [[nodiscard]] std::uint64_t slot(std::uint64_t seq) const noexcept { return seq & mask_; }
 
   // Inlined into every post: the data path's cost is counted (bench/cost_model.sh).
   // W is a send_wr (the builders') or a flat_wr (the engine's, by value).
@@ -266,7 +264,7 @@ private:
     if (held_ != 0) [[unlikely]] {
       hold_back(w);
       commit(owner, kind, aux, sig);
-      return {};
+      return detail::no_error();
     }
     ++doorbells_;
     commit(owner, kind, aux, sig);
@@ -274,12 +272,11 @@ private:
       take_back();
       return ec;
     }
-    return {};
+    return detail::no_error();
   }
   // The last record never reached the NIC: the queue is as before it.
   [[gnu::noinline, gnu::cold]] void take_back() noexcept {
     --tail_;
-    --posted_;
     if (ring_[slot(tail_)].signaled) --signaled_;
     resignal();
   }
@@ -309,7 +306,6 @@ private:
   [[gnu::always_inline]] void commit(void* owner, std::uint8_t kind, std::uint32_t aux, bool sig) noexcept {
     ring_[slot(tail_)] = sq_record{owner, tail_, aux, kind, sig};
     ++tail_;
-    ++posted_;
     if (sig) {
       since_signal_ = 0;
       covered_ = tail_;
@@ -325,7 +321,8 @@ private:
     if (&w != &chain_[chained_]) chain_[chained_] = w;
     ++chained_;
   }
-  [[gnu::noinline]] void hold_back(const flat_wr& w) noexcept {
+  // By value: the engine's request need not be in memory on the usual path.
+  [[gnu::noinline]] void hold_back(flat_wr w) noexcept {
     chain_[chained_] = send_wr::from(w);
     ++chained_;
   }
@@ -336,15 +333,15 @@ private:
   std::unique_ptr<sq_record[]> ring_;
   std::unique_ptr<send_wr[]> chain_;  // held requests, built in place, posted at release()
   std::uint64_t cap_;
-  std::uint64_t mask_;
+  std::uint64_t mask_;  // ring_'s size - 1
   std::uint32_t interval_;
   std::uint32_t since_signal_ = 0;
-  std::uint64_t head_ = 0;     // next record to retire
-  std::uint64_t tail_ = 0;     // next record to post
-  std::uint64_t covered_ = 0;  // tail_ right after the last signaled post
-  std::uint64_t posted_ = 0, signaled_ = 0, doorbells_ = 0;
-  std::uint32_t held_ = 0;     // hold() depth
-  std::uint32_t chained_ = 0;  // requests in chain_
+  std::uint64_t head_ = 0;                      // next record to retire
+  std::uint64_t tail_ = 0;                      // next record to post
+  std::uint64_t covered_ = 0;                   // tail_ right after the last signaled post
+  std::uint64_t signaled_ = 0, doorbells_ = 0;  // posted_count() is tail_
+  std::uint32_t held_ = 0;                      // hold() depth
+  std::uint32_t chained_ = 0;                   // requests in chain_
 };
 
 }  // namespace rdx

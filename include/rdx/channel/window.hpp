@@ -121,7 +121,7 @@ private:
 //! the element size (checked when the peer builds its remote_window), and
 //! the key for each queue pair of the granting connection.
 struct window_descriptor {
-  remote_descriptor memory{};  //!< memory.rkey: the key on queue pair 0
+  remote_descriptor memory{};      //!< memory.rkey: the key on queue pair 0
   rights granted = rights::none;   //!< what the peer may do; a remote_window needs all of its rights
   std::uint32_t element_size = 0;  //!< sizeof(T) on the granting side
   //! The key on each queue pair, in order (empty: memory.rkey on all).
@@ -270,7 +270,7 @@ public:
   [[nodiscard]] std::error_code check(std::size_t offset, std::size_t count) const noexcept {
     if (count == 0) return make_error_code(errc::invalid_argument);
     if (offset > count_ || count > count_ - offset) return make_error_code(errc::out_of_range);
-    return {};
+    return detail::no_error();
   }
 
   //! Writes src to elements [offset, offset + src.size()) of the window.
@@ -308,25 +308,34 @@ public:
   }
 
 private:
+  // The operation is made with its parameters (each written once), then
+  // started, or ended at once when the range is wrong.
   [[nodiscard]] operation rdma(detail::op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
                                std::size_t offset, std::size_t count) noexcept {
-    operation op = detail::start_access::make(*conn_);
+    operation op = detail::start_access::make(*conn_, kind,
+                                              {.laddr = laddr,
+                                               .raddr = d_.memory.addr + offset * sizeof(T),
+                                               .length = count * sizeof(T),
+                                               .lkey = lkey,
+                                               .rkey = d_.memory.rkey,
+                                               .window = window_});
     detail::engine& e = detail::start_access::of(*conn_);
     if (std::error_code ec = check(offset, count)) {
       e.fail_now(op, ec);
     } else {
-      e.start_rdma(op, kind, laddr, lkey, d_.memory.addr + offset * sizeof(T), d_.memory.rkey,
-                   count * sizeof(T), window_);
+      e.start_rdma(op);
     }
     return op;
   }
   [[nodiscard]] operation atomic(bool cas, std::size_t index, std::uint64_t a, std::uint64_t b) noexcept {
-    operation op = detail::start_access::make(*conn_);
+    operation op = detail::start_access::make(
+        *conn_, cas ? detail::op_kind::compare_swap : detail::op_kind::fetch_add,
+        {.raddr = d_.memory.addr + index * 8, .length = 8, .a = a, .b = b, .rkey = d_.memory.rkey});
     detail::engine& e = detail::start_access::of(*conn_);
     if (std::error_code ec = check(index, 1)) {
       e.fail_now(op, ec);
     } else {
-      e.start_atomic(op, cas, d_.memory.addr + index * 8, d_.memory.rkey, a, b);
+      e.start_atomic(op);
     }
     return op;
   }

@@ -70,6 +70,29 @@ public:
   ~move_only() = default;
 };
 
+// A value that a move hands over and leaves as T{} (a borrowed pointer, a
+// set of flags), so that a moved-from owner cannot reach what it gave away.
+template <class T>
+class reset_on_move {
+public:
+  reset_on_move() noexcept = default;
+  reset_on_move(T v) noexcept : v_(v) {}  // NOLINT(google-explicit-constructor)
+  reset_on_move(reset_on_move&& o) noexcept : v_(std::exchange(o.v_, T{})) {}
+  reset_on_move& operator=(reset_on_move&& o) noexcept {
+    v_ = std::exchange(o.v_, T{});
+    return *this;
+  }
+  reset_on_move& operator=(T v) noexcept {
+    v_ = v;
+    return *this;
+  }
+  [[nodiscard]] T get() const noexcept { return v_; }
+  operator T() const noexcept { return v_; }  // NOLINT(google-explicit-constructor)
+
+private:
+  T v_{};
+};
+
 //! Null checks for from_native_handle()/adopt().
 template <class T>
 inline void refuse_null(T* p, std::string_view what) {

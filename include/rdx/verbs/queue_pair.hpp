@@ -123,6 +123,7 @@ public:
   [[nodiscard]] ibv_qp* release() {
     ibv_qp* q = detail::release_verbs(h_, "queue_pair");
     qpx_ = nullptr;
+    ready_opcodes_ = 0;
     return q;
   }
   //! True when it owns a queue pair (not moved from or released).
@@ -348,20 +349,17 @@ public:
   //! by the extended post API straight from f's fields, or by ibv_post_send.
   //! @return as post_send(send_wr&).
   [[nodiscard, gnu::always_inline]] std::error_code post_send(flat_wr& f) noexcept {
-    if (state_ != qp_state::rts) {
-      [[unlikely]] return make_error_code(errc::not_ready);
+    // One test for all three: the extended post API, RTS, and an operation it carries.
+    if (ready_carries(f.opcode)) [[likely]] {
+      ibv_qp_ex* const q = qpx_;
+      // Inline when 1 to max_inline_data bytes (one unsigned comparison).
+      const bool inl = detail::inline_kind(f.opcode) && f.sge.length - 1U < caps_.max_inline_data;
+      ::ibv_wr_start(q);
+      put_extended(q, f.wr_id, f.send_flags | (inl ? unsigned{IBV_SEND_INLINE} : 0U), f.opcode, f.rkey,
+                   f.remote_addr, f.compare_add, f.swap, f.imm_data, f.sge);
+      return post_result(::ibv_wr_complete(q));
     }
-    if (detail::inline_kind(f.opcode) && fits_inline(f.sge.length)) {
-      f.send_flags |= IBV_SEND_INLINE;
-    }
-    if (qpx_ != nullptr && extended_carries(f.opcode)) [[likely]] {
-      ::ibv_wr_start(qpx_);
-      put_extended(f);
-      return post_result(::ibv_wr_complete(qpx_));
-    }
-    send_wr w = send_wr::from(f);
-    ibv_send_wr* bad = nullptr;
-    return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
+    return post_plain(f);
   }
 
   //! Posts a batch with one call (one doorbell). On failure *bad_index, when
@@ -535,6 +533,19 @@ private:
     return ::ibv_create_qp(pd.native_handle(), &ia);
   }
 
+  // post_send(flat_wr&) by ibv_post_send: not in RTS, no extended post API,
+  // or an operation it does not carry.
+  // By value: the caller's request need not be in memory on the usual path.
+  std::error_code post_plain(flat_wr f) noexcept {
+    if (state_ != qp_state::rts) return make_error_code(errc::not_ready);
+    if (detail::inline_kind(f.opcode) && fits_inline(f.sge.length)) {
+      f.send_flags |= IBV_SEND_INLINE;
+    }
+    send_wr w = send_wr::from(f);
+    ibv_send_wr* bad = nullptr;
+    return post_result(::ibv_post_send(h_.get(), &w.native(), &bad));
+  }
+
   // What the extended post API carries here: the operations the queue pair
   // was created with (extended_ops()) with at most one SGE. Binds,
   // invalidations and gather lists go by ibv_post_send: Soft-RoCE before
@@ -543,6 +554,10 @@ private:
   // scatter-gather test caught.
   [[nodiscard, gnu::always_inline]] bool extended_carries(ibv_wr_opcode op) const noexcept {
     return static_cast<unsigned>(op) < 32 && ((extended_opcodes_ >> static_cast<unsigned>(op)) & 1U) != 0;
+  }
+  // extended_carries(op), and the queue pair is in RTS (ready_opcodes_).
+  [[nodiscard, gnu::always_inline]] bool ready_carries(ibv_wr_opcode op) const noexcept {
+    return static_cast<unsigned>(op) < 32 && ((ready_opcodes_ >> static_cast<unsigned>(op)) & 1U) != 0;
   }
   [[nodiscard, gnu::always_inline]] bool extended_carries(const send_wr& w) const noexcept {
     return w.native().num_sge <= 1 && extended_carries(w.opcode());
@@ -553,10 +568,10 @@ private:
   // zero-length request). The flags go as they are (IBV_SEND_INLINE
   // included: some providers read it there). Everything by value, so a
   // request built at the call site never needs to be in memory.
-  [[gnu::always_inline]] void put_extended(std::uint64_t wr_id, unsigned flags, ibv_wr_opcode op,
-                                           std::uint32_t rkey, std::uint64_t raddr, std::uint64_t compare_add,
-                                           std::uint64_t swap, __be32 imm, ibv_sge sge) const noexcept {
-    ibv_qp_ex* const q = qpx_;
+  [[gnu::always_inline]] static void put_extended(ibv_qp_ex* const q, std::uint64_t wr_id, unsigned flags,
+                                                  ibv_wr_opcode op, std::uint32_t rkey, std::uint64_t raddr,
+                                                  std::uint64_t compare_add, std::uint64_t swap, __be32 imm,
+                                                  ibv_sge sge) noexcept {
     q->wr_id = wr_id;
     q->wr_flags = flags;
     switch (op) {
@@ -579,19 +594,19 @@ private:
     }
   }
   [[gnu::always_inline]] void put_extended(const flat_wr& f) const noexcept {
-    put_extended(f.wr_id, f.send_flags, f.opcode, f.rkey, f.remote_addr, f.compare_add, f.swap, f.imm_data,
-                 f.sge);
+    put_extended(qpx_, f.wr_id, f.send_flags, f.opcode, f.rkey, f.remote_addr, f.compare_add, f.swap,
+                 f.imm_data, f.sge);
   }
   // A request the builders made (one SGE or none; extended_carries()).
   [[gnu::always_inline]] void put_extended(const send_wr& w) const noexcept {
     const ibv_send_wr& n = w.native();
     const ibv_sge sge = n.num_sge == 1 ? n.sg_list[0] : ibv_sge{};
     if (n.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || n.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-      put_extended(n.wr_id, n.send_flags, n.opcode, n.wr.atomic.rkey, n.wr.atomic.remote_addr,
+      put_extended(qpx_, n.wr_id, n.send_flags, n.opcode, n.wr.atomic.rkey, n.wr.atomic.remote_addr,
                    n.wr.atomic.compare_add, n.wr.atomic.swap, n.imm_data, sge);
     } else {
-      put_extended(n.wr_id, n.send_flags, n.opcode, n.wr.rdma.rkey, n.wr.rdma.remote_addr, 0, 0, n.imm_data,
-                   sge);
+      put_extended(qpx_, n.wr_id, n.send_flags, n.opcode, n.wr.rdma.rkey, n.wr.rdma.remote_addr, 0, 0,
+                   n.imm_data, sge);
     }
   }
 
@@ -606,7 +621,7 @@ private:
   }
   [[gnu::always_inline]] static std::error_code post_result(int rc) noexcept {
     if (rc == 0) [[likely]] {
-      return {};
+      return detail::no_error();
     }
     return post_error(rc);
   }
@@ -643,11 +658,15 @@ private:
                           name() + " in " + std::string(to_string(state_)) + modify_hint(target), rc);
     }
     state_ = static_cast<qp_state>(a.qp_state);
+    ready_opcodes_ = state_ == qp_state::rts && qpx_ != nullptr ? extended_opcodes_ : 0U;
   }
 
   std::shared_ptr<ibv_qp> h_;
-  ibv_qp_ex* qpx_ = nullptr;            // the extended post API, when created with it (owned by h_)
+  // The extended post API, when created with it (owned by h_; a move takes it along).
+  detail::reset_on_move<ibv_qp_ex*> qpx_;
   std::uint32_t extended_opcodes_ = 0;  // bit IBV_WR_x: qpx_ carries opcode x
+  // extended_opcodes_ while in RTS, else 0: post_send(flat_wr&)'s one test.
+  detail::reset_on_move<std::uint32_t> ready_opcodes_;
   ibv_qp_cap caps_{};
   qp_type type_ = qp_type::rc;
   qp_state state_ = qp_state::reset;

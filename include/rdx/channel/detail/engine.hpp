@@ -83,11 +83,8 @@ public:
   // --- used by windows and channels (posting.hpp) -----------------------------
 
   inline void fail_now(operation& op, std::error_code ec) noexcept;
-  inline void start_rdma(operation& op, op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
-                         std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes,
-                         std::uint32_t window = no_slot) noexcept;
-  inline void start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey, std::uint64_t a,
-                           std::uint64_t b) noexcept;
+  inline void start_rdma(operation& op) noexcept;
+  inline void start_atomic(operation& op) noexcept;
   inline void start_send(operation& op, const void* data, std::size_t bytes) noexcept;
   inline void start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
                                     std::size_t bytes) noexcept;
@@ -185,6 +182,7 @@ protected:
   remote_descriptor peer_credit_{};
   connect_options opt_{};
   std::uint64_t rr_ = 0;
+  std::uint32_t nqp_ = 0;  // sqs_.size(), kept (a size is a division by sizeof(send_queue))
   std::uint32_t idle_polls_ = 0;
   std::uint32_t ticks_ = 0;
   std::chrono::steady_clock::time_point idle_since_{};   // empty: the idle clock is not running
@@ -210,7 +208,8 @@ protected:
   std::vector<send_queue> sqs_;
 
   // progress internals
-  inline int poll_once() noexcept;
+  [[gnu::noinline]] inline int poll_once() noexcept;
+  [[gnu::always_inline]] inline int poll_inline() noexcept;
   inline void dispatch(const completion& c) noexcept;
   inline void retire(const sq_record& r, std::error_code ec) noexcept;
   inline void finish_part(operation& op, std::error_code ec) noexcept;
@@ -266,7 +265,7 @@ protected:
   }
   // The queue pair of the next chunk (round-robin).
   [[nodiscard, gnu::always_inline]] std::uint32_t next_qp() const noexcept {
-    return static_cast<std::uint32_t>(sqs_.size() == 1 ? 0 : rr_ % sqs_.size());
+    return nqp_ == 1 ? 0 : static_cast<std::uint32_t>(rr_ % nqp_);
   }
   // The write or read of op's next len bytes on queue pair qi. A window's key
   // is per queue pair (each memory window is bound to one).
@@ -275,7 +274,7 @@ protected:
     const op_params& p = op.p_;
     return flat_wr{.sge = {p.laddr + p.posted, static_cast<std::uint32_t>(len), p.lkey},
                    .remote_addr = p.raddr + p.posted,
-                   .rkey = p.window == no_slot ? p.rkey : peer_keys_[p.window * sqs_.size() + qi],
+                   .rkey = p.window == no_slot ? p.rkey : peer_keys_[p.window * nqp_ + qi],
                    .opcode = op.kind_ == op_kind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE};
   }
   [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
@@ -343,6 +342,7 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
       sqs_.back().watch_cover(&uncovered_);
+      nqp_ = static_cast<std::uint32_t>(sqs_.size());
     }
     for (std::uint32_t i = 0; i < attr_.recv_depth; ++i) {
       if (std::error_code ec = ring_.post(qps_[0], i)) {
@@ -421,7 +421,12 @@ inline std::chrono::milliseconds engine::detection_bound() const noexcept {
 
 // --- progress ---------------------------------------------------------------------
 
-inline int engine::poll_once() noexcept {
+int engine::poll_once() noexcept {
+  return poll_inline();
+}
+
+// poll_once(), inlined into progress(): the data path's poll (bench/cost_model.sh).
+inline int engine::poll_inline() noexcept {
   if (cq_head_ == cq_count_) {
     const int n = cq_.poll(std::span<completion>(cq_buf_));
     if (n < 0) {
@@ -449,7 +454,7 @@ inline int engine::progress() noexcept {
   thread_check::scope guard(thread_, "progress");
   flush_held();
   if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) housekeeping({});
-  const int handled = poll_once();
+  const int handled = poll_inline();
   if (handled > 0) {
     idle_polls_ = 0;
     idle_since_ = {};

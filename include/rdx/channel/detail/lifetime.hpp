@@ -127,6 +127,7 @@ inline void engine::shut_down() noexcept {
     q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
   while (!ready_.empty()) ready_.pop()->waiter_ = {};
   sqs_.clear();
+  nqp_ = 0;
   qps_.clear();
   link_.reset();
   if (wake_fd_ >= 0) ::close(wake_fd_);

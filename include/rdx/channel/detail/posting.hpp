@@ -60,24 +60,18 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
   return true;
 }
 
-inline void engine::start_rdma(operation& op, op_kind kind, std::uint64_t laddr, std::uint32_t lkey,
-                               std::uint64_t raddr, std::uint32_t rkey, std::uint64_t bytes,
-                               std::uint32_t window) noexcept {
+// A write or read made with its parameters (start_access::make).
+inline void engine::start_rdma(operation& op) noexcept {
   thread_check::scope guard(thread_, "starting a window operation");
-  op.kind_ = kind;
   if (!usable(op)) return;
-  if (bytes == 0) return fail_now(op, make_error_code(errc::invalid_argument));
-  op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey};
-  op.p_.window = window;
+  if (op.p_.length == 0) return fail_now(op, make_error_code(errc::invalid_argument));
   if (!deferred_.empty() || post_rdma(op) == post_result::blocked) defer(op);  // submit(), without the switch
 }
 
-inline void engine::start_atomic(operation& op, bool cas, std::uint64_t raddr, std::uint32_t rkey,
-                                 std::uint64_t a, std::uint64_t b) noexcept {
+// A fetch_add or compare_swap made with its parameters (start_access::make).
+inline void engine::start_atomic(operation& op) noexcept {
   thread_check::scope guard(thread_, "starting an atomic");
-  op.kind_ = cas ? op_kind::compare_swap : op_kind::fetch_add;
   if (!usable(op)) return;
-  op.p_ = op_params{.raddr = raddr, .length = 8, .a = a, .b = b, .rkey = rkey};
   submit(op);
 }
 
