@@ -212,6 +212,32 @@ TEST_CASE("queue pairs post by the extended API where the provider offers it") {
   }
 }
 
+TEST_CASE("a moved-from queue pair refuses to post; the one it moved to posts") {
+  loopback lb;
+  rdx::registered_buffer<char> src(lb.pd, 256);
+  rdx::registered_buffer<char> win(lb.pd, 256, rdx::access::remote_write);
+  fill(src.span(), 'm');
+  const auto remote = win.remote();
+  rdx::queue_pair moved(std::move(lb.a));
+  CHECK(moved.state() == rdx::qp_state::rts);
+  CHECK(lb.a.state() == rdx::qp_state::reset);  // NOLINT(bugprone-use-after-move)
+  CHECK_FALSE(lb.a.extended_post());
+  rdx::flat_wr f{.wr_id = 7, .sge = src.sge(0, 100), .remote_addr = remote.addr, .rkey = remote.rkey};
+  CHECK(lb.a.post_send(f) == rdx::errc::not_ready);
+  CHECK(lb.a.post_send(rdx::wr::write(src.sge(0, 100), rdx::at(remote))) == rdx::errc::not_ready);
+  CHECK(lb.a.post_recv(rdx::wr::recv(src.sge(0, 100))) == rdx::errc::not_ready);
+  // Nothing reached the queue pair through the moved-from one.
+  std::array<rdx::completion, 4> wc{};
+  CHECK(lb.cq_a.poll(std::span<rdx::completion>(wc)) == 0);
+  CHECK(std::all_of(win.data(), win.data() + 100, [](char c) { return c == 0; }));
+  REQUIRE_FALSE(moved.post_send(f));
+  auto c = wait_one(lb.cq_a);
+  INFO(c.error().message());
+  REQUIRE(c.ok());
+  CHECK(c.wr_id() == 7);
+  CHECK(std::memcmp(win.data(), src.data(), 100) == 0);
+}
+
 TEST_CASE("flat_wr: every kind it carries, by value, data and values checked") {
   loopback lb;
   INFO("extended post API: " << lb.a.extended_post());

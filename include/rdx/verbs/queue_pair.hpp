@@ -203,7 +203,7 @@ public:
                             std::string(to_string(state_)));
     }
     ibv_qp_attr at{};
-    at.qp_state = static_cast<ibv_qp_state>(state_);
+    at.qp_state = static_cast<ibv_qp_state>(state_.get());
     at.qp_access_flags = remote_access_flags();
     modify(at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, state_ == qp_state::init ? "INIT" : "RTS");
   }
@@ -669,7 +669,8 @@ private:
   detail::reset_on_move<std::uint32_t> ready_opcodes_;
   ibv_qp_cap caps_{};
   qp_type type_ = qp_type::rc;
-  qp_state state_ = qp_state::reset;
+  // A move leaves the moved-from queue pair in RESET (qp_state{}), so it refuses every post.
+  detail::reset_on_move<qp_state> state_{qp_state::reset};
   ibv_gid gid_{};
   std::uint32_t psn_ = 0;
   std::uint32_t qkey_ = default_qkey;
