@@ -94,7 +94,7 @@ inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
   thread_check::scope guard(thread_, "sending");
   if (!send_admitted(op, bytes)) return;
-  op.p_ = op_params{.length = bytes};
+  op.p_.length = bytes;  // the rest as made (start_access::make): one store, not the whole
   send_queue& q = sqs_[0];
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
   if (now && bytes <= q.qp().max_inline_data() && !q.held()) {
@@ -125,7 +125,9 @@ inline void engine::start_send_registered(operation& op, std::uint64_t laddr, st
                                           std::size_t bytes) noexcept {
   thread_check::scope guard(thread_, "sending");
   if (!send_admitted(op, bytes)) return;
-  op.p_ = op_params{.laddr = laddr, .length = bytes, .lkey = lkey};
+  op.p_.laddr = laddr;  // the rest as made (start_access::make)
+  op.p_.length = bytes;
+  op.p_.lkey = lkey;
   submit(op);
 }
 
@@ -148,7 +150,7 @@ inline void engine::start_receive(operation& op, void* dst, std::uint32_t capaci
   op.exact_ = exact;
   if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
   receives_.push(op);
-  deliver();
+  deliver_if_due();
 }
 
 inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) noexcept {
@@ -157,7 +159,7 @@ inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) n
   op.elem_size_ = elem_size == 0 ? 1 : elem_size;
   if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
   receives_.push(op);
-  deliver();
+  deliver_if_due();
 }
 
 inline void engine::release_view(operation& op) noexcept {
@@ -174,7 +176,7 @@ inline void engine::start_notification(operation& op) noexcept {
   op.kind_ = op_kind::notification;
   if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
   notifications_.push(op);
-  deliver();
+  deliver_if_due();
 }
 
 // Posts what it can of op. all: everything posted (or it failed at once);
