@@ -236,6 +236,14 @@ TEST_CASE("a moved-from queue pair refuses to post; the one it moved to posts") 
   REQUIRE(c.ok());
   CHECK(c.wr_id() == 7);
   CHECK(std::memcmp(win.data(), src.data(), 100) == 0);
+  // A released one refuses too: the queue pair is the caller's now.
+  ibv_qp* raw = moved.release();
+  REQUIRE(raw != nullptr);
+  CHECK(moved.state() == rdx::qp_state::reset);
+  CHECK(moved.post_send(f) == rdx::errc::not_ready);
+  CHECK(moved.post_send(rdx::wr::write(src.sge(0, 100), rdx::at(remote))) == rdx::errc::not_ready);
+  CHECK(lb.cq_a.poll(std::span<rdx::completion>(wc)) == 0);
+  CHECK(::ibv_destroy_qp(raw) == 0);
 }
 
 TEST_CASE("flat_wr: every kind it carries, by value, data and values checked") {

@@ -124,6 +124,7 @@ public:
     ibv_qp* q = detail::release_verbs(h_, "queue_pair");
     qpx_ = nullptr;
     ready_opcodes_ = 0;
+    state_ = qp_state::reset;  // as a moved-from one: every post is refused
     return q;
   }
   //! True when it owns a queue pair (not moved from or released).
