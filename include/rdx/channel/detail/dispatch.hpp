@@ -30,6 +30,14 @@ inline void engine::dispatch(const completion& c) noexcept {
 
 inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
   auto* op = static_cast<operation*>(r.owner);
+  // The usual case: a window's write or read, or a send from registered
+  // memory (no slot to free), on a connection that has not failed.
+  // closing_ is set only by shut_down(), which fails the connection before
+  // it polls again.
+  if (r.kind <= rec_op && !failed_) {
+    if (op != nullptr) finish_part(*op, ec);
+    return;
+  }
   if (r.kind == rec_staged) free_staging_.push(r.aux);
   if (r.kind == rec_atomic) {
     if (op != nullptr && !ec) op->value_ = atomics_[r.aux];
@@ -76,8 +84,10 @@ inline void engine::deliver() noexcept {
     const std::uint32_t i = ring_.take_message();
     const std::uint32_t n = ring_.entry(i).bytes;
     op.bytes_ = n;
+    // Whole elements only; bytes (elem_size_ 1) need no division.
+    const bool whole = op.elem_size_ == 1 || n % op.elem_size_ == 0;
     if (op.kind_ == op_kind::receive_view) {
-      if (n % op.elem_size_ == 0) {
+      if (whole) {
         // Lent, not copied: the buffer is reposted when the view lets it go.
         op.dst_ = const_cast<std::byte*>(ring_.data(i));
         op.p_.slot = i;
@@ -86,7 +96,7 @@ inline void engine::deliver() noexcept {
         continue;
       }
       op.ec_ = make_error_code(errc::limit_exceeded);
-    } else if (n > op.dst_capacity_ || n % op.elem_size_ != 0 || (op.exact_ && n != op.dst_capacity_)) {
+    } else if (n > op.dst_capacity_ || !whole || (op.exact_ && n != op.dst_capacity_)) {
       op.ec_ = make_error_code(errc::limit_exceeded);
     } else {
       std::memcpy(op.dst_, ring_.data(i), n);
