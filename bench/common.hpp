@@ -23,13 +23,17 @@ enum class op : std::uint32_t {
   read_lat,
   send_lat,
   // Typed channels (layer 5): remote_window writes and reads, striped over
-  // 1 or 2 queue pairs, and channel<std::byte> messages.
+  // 1 or 2 queue pairs, and channel<std::byte> messages: copying (send into
+  // a staging buffer, receive out of the ring) and zero-copy (send_registered
+  // from registered memory, receive_view in the ring).
   window_write_bw,
   window_read_bw,
   window_write_lat,
   window_read_lat,
   chan_send_bw,
   chan_send_lat,
+  chan_zc_bw,
+  chan_zc_lat,
   quit
 };
 enum class api_kind : std::uint32_t { raw, rdx };
@@ -48,13 +52,15 @@ enum class api_kind : std::uint32_t { raw, rdx };
     case op::window_read_lat: return "window_read_lat";
     case op::chan_send_bw: return "chan_send_bw";
     case op::chan_send_lat: return "chan_send_lat";
+    case op::chan_zc_bw: return "chan_zc_bw";
+    case op::chan_zc_lat: return "chan_zc_lat";
     case op::quit: return "quit";
   }
   return "?";
 }
 [[nodiscard]] inline bool is_latency(op o) noexcept {
   return o == op::write_lat || o == op::read_lat || o == op::send_lat || o == op::window_write_lat ||
-         o == op::window_read_lat || o == op::chan_send_lat;
+         o == op::window_read_lat || o == op::chan_send_lat || o == op::chan_zc_lat;
 }
 
 // Queue settings shared by both twins (they post on the same queue pairs).

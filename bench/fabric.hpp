@@ -250,9 +250,16 @@ inline constexpr rdx::rights win_rights = rdx::rights::read | rdx::rights::write
 inline constexpr std::size_t chan_max_message = 65536;
 inline constexpr std::uint32_t chan_recv_depth = 64;
 
+//! channel<std::byte> messages, copying or zero-copy.
+[[nodiscard]] inline bool is_message_op(op o) noexcept {
+  return o == op::chan_send_bw || o == op::chan_send_lat || o == op::chan_zc_bw || o == op::chan_zc_lat;
+}
+[[nodiscard]] inline bool is_zero_copy_op(op o) noexcept {
+  return o == op::chan_zc_bw || o == op::chan_zc_lat;
+}
 [[nodiscard]] inline bool is_channel_op(op o) noexcept {
   return o == op::window_write_bw || o == op::window_read_bw || o == op::window_write_lat ||
-         o == op::window_read_lat || o == op::chan_send_bw || o == op::chan_send_lat;
+         o == op::window_read_lat || is_message_op(o);
 }
 [[nodiscard]] inline std::size_t chan_message_size(std::size_t region) noexcept {
   return std::min(region, chan_max_message);
@@ -316,15 +323,18 @@ private:
   rdx::window_descriptor peer_[max_qps]{};
 };
 
-//! The passive half of a channel run: receives messages (and echoes them for latency).
+//! The passive half of a channel run: receives messages (and echoes them for
+//! latency), copying them out of the ring or, zero-copy, viewing them there
+//! and answering from registered memory.
 class chan_responder {
 public:
   explicit chan_responder(chan_side& s) : s_(s) {}
 
   void start(const command& c) {
     cmd_ = c;
-    remaining_ = (c.what == op::chan_send_bw || c.what == op::chan_send_lat) ? c.count : 0;
+    remaining_ = is_message_op(c.what) ? c.count : 0;
     rx_.reset();
+    view_.reset();
     tx_.reset();
   }
   //! @return true when this run's part is finished.
@@ -337,19 +347,33 @@ public:
       }
       return true;
     }
-    if (!rx_) rx_ = ch.receive(s_.buffer(cmd_.size));
-    if (!rx_->test()) return false;
-    check_op(rx_->error(), "responder receive");
-    rx_.reset();
+    const bool zc = is_zero_copy_op(cmd_.what);
+    if (zc) {
+      if (!view_) view_ = ch.receive_view();
+      if (!view_->test()) return false;
+      check_op(view_->error(), "responder receive_view");
+      if (view_->view().size() != cmd_.size)
+        fail("responder receive_view: " + std::to_string(view_->view().size()) + " bytes, expected " +
+             std::to_string(cmd_.size));
+      view_.reset();  // gives the ring buffer back: reposted, its credit returned
+    } else {
+      if (!rx_) rx_ = ch.receive(s_.buffer(cmd_.size));
+      if (!rx_->test()) return false;
+      check_op(rx_->error(), "responder receive");
+      rx_.reset();
+    }
     --remaining_;
-    if (cmd_.what == op::chan_send_lat) {
+    if (cmd_.what == op::chan_send_lat || cmd_.what == op::chan_zc_lat) {
       // Like the plain-verbs responder, answer at once and retire the
       // previous answer's send lazily (it completed long ago).
       if (tx_) {
         check_op(tx_->wait(), "responder send");
         tx_.reset();
       }
-      tx_ = ch.send(std::span<const std::byte>(s_.buffer(cmd_.size)));
+      if (zc)
+        tx_ = ch.send_registered(s_.local(cmd_.size));
+      else
+        tx_ = ch.send(std::span<const std::byte>(s_.buffer(cmd_.size)));
     }
     return false;
   }
@@ -359,6 +383,7 @@ private:
   command cmd_{};
   std::uint64_t remaining_ = 0;
   std::optional<rdx::operation> rx_;
+  std::optional<rdx::message_view<std::byte>> view_;
   std::optional<rdx::operation> tx_;
 };
 

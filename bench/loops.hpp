@@ -4,6 +4,7 @@
 // next to the plain-verbs loops they are compared with.
 #pragma once
 
+#include <rdx/channel/channel.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/window.hpp>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -269,15 +271,26 @@ inline result run_window_lat(fabric& f, op o, std::size_t size, std::uint64_t co
 
 //! channel<std::byte> messages: a stream with `depth` sends in flight, or a
 //! ping-pong (half the round trip reported). Twin: send_bw / send_lat.
-inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count) {
+//! Copying: send() copies into a staging buffer, receive() out of the ring.
+//! Zero-copy: send_registered() posts from the registered local buffer,
+//! receive_view() reads in the ring and gives the buffer back when dropped.
+template <bool ZeroCopy>
+inline result run_chan_as(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count) {
   chan_side& cs = f.client_chan();
   auto& ch = cs.channel();
   const std::span<const std::byte> msg(cs.buffer(size));
   const std::span<std::byte> dst(cs.buffer(size));
+  const rdx::local_span<const std::byte> src = cs.local(size);
+  auto send = [&] {
+    if constexpr (ZeroCopy)
+      return ch.send_registered(src);
+    else
+      return ch.send(msg);
+  };
   result r;
   f.begin<rdx_api>(command{o, api_kind::rdx, size, count, depth, 1});
   const auto start = clk::now();
-  if (o == op::chan_send_lat) {
+  if (o == op::chan_send_lat || o == op::chan_zc_lat) {
     r.lat_us.resize(count);
     std::optional<rdx::operation> tx;  // the previous ping, retired lazily as the raw twin does
     for (std::uint64_t i = 0; i < count; ++i) {
@@ -286,10 +299,19 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
         check_op(tx->wait(), "channel send");
         tx.reset();
       }
-      tx = ch.send(msg);
-      rdx::operation rx = ch.receive(dst);
-      while (!rx.test()) f.progress<rdx_api>();
-      check_op(rx.error(), "channel receive");
+      tx = send();
+      if constexpr (ZeroCopy) {
+        rdx::message_view<std::byte> rx = ch.receive_view();
+        while (!rx.test()) f.progress<rdx_api>();
+        check_op(rx.error(), "channel receive_view");
+        if (rx.view().size() != size)
+          fail("channel receive_view: " + std::to_string(rx.view().size()) + " bytes, expected " +
+               std::to_string(size));
+      } else {
+        rdx::operation rx = ch.receive(dst);
+        while (!rx.test()) f.progress<rdx_api>();
+        check_op(rx.error(), "channel receive");
+      }
       r.lat_us[i] = std::chrono::duration<double, std::micro>(clk::now() - t0).count() * 0.5;
     }
     if (tx) check_op(tx->wait(), "channel send");
@@ -308,7 +330,7 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
         f.progress<rdx_api>();
         ch.conn().progress();
       }
-      slot = ch.send(msg);
+      slot = send();
       if (f.is_loopback()) f.progress<rdx_api>();
     }
     for (unsigned j = 0; j < depth; ++j) {
@@ -321,6 +343,12 @@ inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::u
   r.bytes = count * size;
   std::sort(r.lat_us.begin(), r.lat_us.end());
   return r;
+}
+
+//! A channel run: chan_send_* copying, chan_zc_* zero-copy (see run_chan_as).
+inline result run_chan(fabric& f, op o, std::size_t size, unsigned depth, std::uint64_t count) {
+  if (is_zero_copy_op(o)) return run_chan_as<true>(f, o, size, depth, count);
+  return run_chan_as<false>(f, o, size, depth, count);
 }
 
 }  // namespace rdx_bench

@@ -23,6 +23,12 @@ RDX_RAW_BW_MIN = 0.97
 RDX_PT_BW_MIN = 1.00      # from PT_BW_FROM bytes up
 PT_BW_FROM = 64 * 1024
 RDX_PT_LAT_MAX = 1.05
+# channel<T> send bandwidth against raw send at 4 KiB and 64 KiB, every depth:
+# checked for the copying channel (chan_send_bw) and the zero-copy one
+# (chan_zc_bw: send_registered, receive_view) alike, and listed apart.
+CHAN_RAW_BW_MIN = 0.95
+CHAN_SIZES = (4096, 65536)
+CHAN_KINDS = {"chan_send_bw": "copying", "chan_zc_bw": "zero-copy"}
 
 MIB = 1048576 / 1e6       # perftest's MB/sec is MiB/s; figures here are MB/s (10^6 B/s)
 
@@ -43,14 +49,18 @@ def kind_of(op):
 
 
 # Which plain-verbs twin and which perftest program each figure is read against.
+CHAN_TWINS = {"chan_send_bw": "send_bw", "chan_send_lat": "send_lat",
+              "chan_zc_bw": "send_bw", "chan_zc_lat": "send_lat"}
+
+
 def raw_twin(op):
-    return {"chan_send_bw": "send_bw", "chan_send_lat": "send_lat"}.get(op, op)
+    return CHAN_TWINS.get(op, op)
 
 
 def perftest_twin(op):
     base = op.removesuffix("_2qp")
     return {"window_write_bw": "write_bw", "window_read_bw": "read_bw", "window_read_lat": "read_lat",
-            "chan_send_bw": "send_bw", "chan_send_lat": "send_lat"}.get(base, base)
+            **CHAN_TWINS}.get(base, base)
 
 
 # (source, op, size, depth) -> {round: [figures]}: rdx/perftest is judged within a round.
@@ -186,6 +196,7 @@ def main():
     order = lambda c: (kind_of(c[0]) == "micro", c[0].startswith(("window", "chan")), kind_of(c[0]), c[0], c[2], c[1])
     configs = sorted({(op, size, depth) for (src, op, size, depth) in samples if src in ("rdx", "raw", "paired")}, key=order)
     table, misses, checked = [], [], 0
+    chan_checks = []   # the channel target, per figure: (op, size, depth, judged ratio, verdict)
     lines = []
     hdr = (f"{'figure':<30}{'rdx':>10}{'raw':>10}{'perftest':>10}{'rdx/raw':>9}{'noise':>7}{'paired':>8}"
            f"{'rdx/pt':>8}  targets")
@@ -234,6 +245,10 @@ def main():
         if judged is not None and lat:
             check(f"raw<={RDX_RAW_LAT_MAX}", judged <= RDX_RAW_LAT_MAX,
                   (other or 9) <= RDX_RAW_LAT_MAX or judged <= 1 + noise)
+        if judged is not None and op in CHAN_KINDS and size in CHAN_SIZES:
+            check(f"chan>={CHAN_RAW_BW_MIN}", judged >= CHAN_RAW_BW_MIN,
+                  (other or 0) >= CHAN_RAW_BW_MIN or judged >= 1 - noise)
+            chan_checks.append((op, size, depth, judged, checks[-1].split()[-1]))
         if rp is not None and bw and size >= PT_BW_FROM:
             check("pt>=1", rp >= RDX_PT_BW_MIN)
         if rp is not None and lat:
@@ -255,21 +270,34 @@ def main():
     print("rdx, raw, perftest: medians of all runs. rdx/raw: of those medians (twins back to back, every round);\n"
           "paired: median over rounds of rdx/raw from one run in which both alternate in 8 blocks each (judged when "
           "present);\nnoise: half the relative range of the separate runs (and of the paired ratios); MISS~: missed, but the other estimate "
-          "meets it or the miss lies inside the noise.\nchan_send_* are read against raw send_*, window_* against "
+          "meets it or the miss lies inside the noise.\nchan_send_* (copying channel) and chan_zc_* (zero-copy: "
+          "send_registered, receive_view) are read against raw send_*,\nwindow_* against "
           "raw verbs on queue pairs of the same depth; perftest: ib_write/read/send_*;\n"
           "rdx/pt: median over rounds of rdx/perftest within the round (perftest runs right after rdx_bench)")
     print("\n".join(lines))
     print(f"\ntargets: {checked - len(misses)} of {checked} met; {len(misses)} missed "
           f"({sum(m['within_noise'] for m in misses)} within noise)")
+    chan_summary = {}
+    sizes_text = " and ".join(f"{s // 1024} KiB" for s in CHAN_SIZES)
+    print(f"channel<T> send bandwidth >= {CHAN_RAW_BW_MIN} of raw send at {sizes_text} (rdx/raw, paired where run):")
+    for op, kind in CHAN_KINDS.items():
+        mine = [c for c in chan_checks if c[0] == op]
+        met = sum(c[4] == "ok" for c in mine)
+        chan_summary[kind] = {"op": op, "met": met, "checked": len(mine),
+                              "figures": [{"size": c[1], "depth": c[2], "ratio": c[3], "verdict": c[4]} for c in mine]}
+        figures = ", ".join(f"{c[1]} d{c[2]} {c[3]:.3f} {c[4]}" for c in mine) or "not measured"
+        print(f"  {kind:<9} ({op}): {met} of {len(mine)} met: {figures}")
     for e in rdx_err + pt_err:
         print("error:", e)
 
     (out / "figures.json").write_text(json.dumps({
         "context": context, "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else "",
         "figures": rows, "ratios": table, "misses": misses, "errors": rdx_err + pt_err,
+        "channel_target": chan_summary,
         "targets": {"rdx_raw_lat_max": RDX_RAW_LAT_MAX, "rdx_raw_bw_min": RDX_RAW_BW_MIN,
                     "rdx_perftest_bw_min": RDX_PT_BW_MIN, "perftest_bw_from": PT_BW_FROM,
-                    "rdx_perftest_lat_max": RDX_PT_LAT_MAX}}, indent=1))
+                    "rdx_perftest_lat_max": RDX_PT_LAT_MAX, "chan_raw_bw_min": CHAN_RAW_BW_MIN,
+                    "chan_sizes": list(CHAN_SIZES)}}, indent=1))
     (out / "table.txt").write_text("\n".join(lines) + "\n")
     plot(out, samples, context)
     return 0

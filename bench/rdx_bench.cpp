@@ -3,6 +3,10 @@
 // code compared is twins.hpp; loops.hpp runs it, fabric.hpp sets it up.
 //
 //   fabric/<op>/<api>/size:<bytes>[/depth:<n>]   RDMA write, read, send: bandwidth, latency
+//   fabric/window_<op>/..., fabric/chan_send_<bw|lat>/rdx/..., fabric/chan_zc_<bw|lat>/rdx/...
+//                                                typed channels: windows, the copying channel,
+//                                                the zero-copy one (send_registered, receive_view)
+//   fabric/paired/<op>/size:<bytes>[/depth:<n>]  both twins alternating within one run
 //   micro/<what>/<api>[/batch:<n>]               the data path's own cost
 //
 // Loopback (default): two queue pairs of one device in this process.
@@ -151,7 +155,15 @@ void parse_options(int& argc, char** argv) {
           "RDX_BENCH_PORT\n"
           "  --rdx_order=raw_first|rdx_first  which twin runs first (alternate it between rounds)\n"
           "  --rdx_plan                    print the fabric runs (op size depth messages), one a line, and "
-          "exit\n");
+          "exit\n"
+          "figures (--benchmark_filter, --benchmark_list_tests):\n"
+          "  fabric/{write,read,send}_{bw,lat}/{raw,rdx}   plain verbs and rdx's verbs layer\n"
+          "  fabric/window_{write,read}_{bw,lat}/{raw,rdx}  remote_window against plain verbs\n"
+          "  fabric/chan_send_{bw,lat}/rdx  channel<std::byte>, copying send and receive\n"
+          "  fabric/chan_zc_{bw,lat}/rdx    channel<std::byte>, zero-copy: send_registered, receive_view\n"
+          "                                 (both channels' twin: fabric/send_{bw,lat}/raw)\n"
+          "  fabric/paired/<op>/...         both twins alternating within one run (the channels' too)\n"
+          "  micro/{build,post_poll,poll_empty}/{raw,rdx}  the data path's own cost\n");
       std::exit(0);
     } else {
       argv[out++] = argv[i];
@@ -544,42 +556,46 @@ void register_all(bool have_device) {
           true);
     }
   }
-  // channel<std::byte> messages: their twins are the plain-verbs send_bw and
-  // send_lat runs of the same size (a channel's queue pairs carry its own
-  // receive ring, so a plain-verbs twin cannot share them).
+  // channel<std::byte> messages, copying (chan_send_*) and zero-copy
+  // (chan_zc_*: send_registered, receive_view): their twins are the
+  // plain-verbs send_bw and send_lat runs of the same size (a channel's queue
+  // pairs carry its own receive ring, so a plain-verbs twin cannot share them).
   const std::size_t chan_max = chan_message_size(region_size());
-  for (unsigned depth : opt.depths) {
+  for (op o : {op::chan_send_bw, op::chan_zc_bw}) {
+    for (unsigned depth : opt.depths) {
+      for (std::size_t size : opt.sizes) {
+        if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
+        const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
+        const std::uint64_t n = bw_count(size, depth);
+        const std::string name = "fabric/" + std::string(to_string(o)) + "/rdx" + suffix;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& s) {
+                                       bw_bench<chan_api>(
+                                           s, [&] { return run_chan(*g_fabric, o, size, depth, n); }, size,
+                                           depth, 1, "fabric/send_bw" + suffix);
+                                     })
+            ->UseManualTime()
+            ->Iterations(1)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  for (op o : {op::chan_send_lat, op::chan_zc_lat}) {
     for (std::size_t size : opt.sizes) {
-      if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
-      const std::string suffix = "/size:" + size_name(size) + "/depth:" + std::to_string(depth);
-      const std::uint64_t n = bw_count(size, depth);
-      const std::string name = "fabric/chan_send_bw/rdx" + suffix;
-      benchmark::RegisterBenchmark(
-          name.c_str(),
-          [=](benchmark::State& s) {
-            bw_bench<chan_api>(
-                s, [&] { return run_chan(*g_fabric, op::chan_send_bw, size, depth, n); }, size, depth, 1,
-                "fabric/send_bw" + suffix);
-          })
+      if (size > chan_max) continue;
+      const std::string suffix = "/size:" + size_name(size);
+      const std::uint64_t n = lat_count(size);
+      const std::string name = "fabric/" + std::string(to_string(o)) + "/rdx" + suffix;
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [=](benchmark::State& s) {
+                                     lat_bench<chan_api>(
+                                         s, [&] { return run_chan(*g_fabric, o, size, 1, n); }, size,
+                                         "fabric/send_lat" + suffix);
+                                   })
           ->UseManualTime()
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }
-  }
-  for (std::size_t size : opt.sizes) {
-    if (size > chan_max) continue;
-    const std::string suffix = "/size:" + size_name(size);
-    const std::uint64_t n = lat_count(size);
-    const std::string name = "fabric/chan_send_lat/rdx" + suffix;
-    benchmark::RegisterBenchmark(name.c_str(),
-                                 [=](benchmark::State& s) {
-                                   lat_bench<chan_api>(
-                                       s, [&] { return run_chan(*g_fabric, op::chan_send_lat, size, 1, n); },
-                                       size, "fabric/send_lat" + suffix);
-                                 })
-        ->UseManualTime()
-        ->Iterations(1)
-        ->Unit(benchmark::kMillisecond);
   }
 
   // Paired runs of the same twins (see paired_bench): the ratio least moved by host noise.
@@ -652,29 +668,35 @@ void register_all(bool have_device) {
                  });
     }
   }
-  for (unsigned depth : opt.depths) {
-    for (std::size_t size : opt.sizes) {
-      if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
-      const std::uint64_t n = bw_count(size, depth);
-      reg_paired(
-          "fabric/paired/chan_send_bw/size:" + size_name(size) + "/depth:" + std::to_string(depth),
-          [=](benchmark::State& s) {
-            paired_bench(
-                s, true,
-                [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, op::send_bw, size, depth, c); },
-                [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_bw, size, depth, c); }, n,
-                size, depth, 1);
-          });
+  for (op o : {op::chan_send_bw, op::chan_zc_bw}) {
+    for (unsigned depth : opt.depths) {
+      for (std::size_t size : opt.sizes) {
+        if (size > chan_max || (depth > 1 && size > opt.depth64_max)) continue;
+        const std::uint64_t n = bw_count(size, depth);
+        reg_paired(
+            "fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size) +
+                "/depth:" + std::to_string(depth),
+            [=](benchmark::State& s) {
+              paired_bench(
+                  s, true,
+                  [&](std::uint64_t c) { return run_bw<raw_api>(*g_fabric, op::send_bw, size, depth, c); },
+                  [&](std::uint64_t c) { return run_chan(*g_fabric, o, size, depth, c); }, n, size, depth, 1);
+            });
+      }
     }
   }
-  for (std::size_t size : opt.sizes) {
-    if (size > chan_max) continue;
-    const std::uint64_t n = lat_count(size);
-    reg_paired("fabric/paired/chan_send_lat/size:" + size_name(size), [=](benchmark::State& s) {
-      paired_bench(
-          s, false, [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, op::send_lat, size, c); },
-          [&](std::uint64_t c) { return run_chan(*g_fabric, op::chan_send_lat, size, 1, c); }, n, size, 1, 1);
-    });
+  for (op o : {op::chan_send_lat, op::chan_zc_lat}) {
+    for (std::size_t size : opt.sizes) {
+      if (size > chan_max) continue;
+      const std::uint64_t n = lat_count(size);
+      reg_paired("fabric/paired/" + std::string(to_string(o)) + "/size:" + size_name(size),
+                 [=](benchmark::State& s) {
+                   paired_bench(
+                       s, false,
+                       [&](std::uint64_t c) { return run_lat<raw_api>(*g_fabric, op::send_lat, size, c); },
+                       [&](std::uint64_t c) { return run_chan(*g_fabric, o, size, 1, c); }, n, size, 1, 1);
+                 });
+    }
   }
 }
 

@@ -11,8 +11,18 @@
 # then bench/plot.py: one CSV and one JSON of every figure, one PNG, a table
 # of ratios and the targets.
 #
+# Each perftest figure (write, read, send: bw, lat) comes with rdx_bench's
+# figures read against it: raw and rdx twins, paired runs, remote_window
+# (window_*), and for send the two channel<std::byte> figures: chan_send_*
+# (copying send and receive) and chan_zc_* (zero-copy: send_registered,
+# receive_view).
+#
 # Options:
 #   --sizes LIST     message sizes: default, all, or a list such as 8,4K,1M
+#   --only REGEX     only the perftest figures whose op (write_bw, read_lat, ...)
+#                    matches REGEX (extended), with their rdx_bench figures
+#                    (e.g. --only send: send_*, chan_send_*, chan_zc_*); the
+#                    rdx_bench figures no perftest figure names are skipped
 #   --rounds N       rounds of (rdx_bench, perftest) in the same VMs (default 1);
 #                    twins run back to back, raw first in odd rounds, rdx first in even
 #   --reps N         repetitions of every rdx_bench run within a round (default 1)
@@ -37,6 +47,7 @@ if [[ "${1:-}" == "--in-vm" ]]; then
   read -r -a bench_args < "$out/rdx_bench.args"
   rounds=$(cat "$out/rounds")
   interleave=$(cat "$out/interleave")
+  only=$(cat "$out/only")
   dev=${RDX_DEVICE:-rxe0}
   mkdir -p "$out/perftest"
   mapfile -t plan < "$out/plan.txt"
@@ -92,11 +103,14 @@ if [[ "${1:-}" == "--in-vm" ]]; then
   }
 
   # The rdx_bench figures that a plan line's perftest run is compared with:
-  # raw and rdx twins, paired runs, channels, windows, striped variants.
+  # raw and rdx twins, paired runs, channels (copying chan_send_*, zero-copy
+  # chan_zc_*), windows, striped variants.
   figure_filter() {
-    local op=$1 size=$2 depth=$3 tail="/size:$2"
+    local op=$1 size=$2 depth=$3 tail="/size:$2" ops
     [[ $op == *_bw ]] && tail+="/depth:$depth"
-    echo "^fabric/(paired/)?(chan_|window_)?$op(/(raw|rdx))?$tail(/|\$)"
+    ops="(chan_|window_)?$op"
+    [[ $op == send_* ]] && ops+="|chan_zc_${op#send_}"
+    echo "^fabric/(paired/)?($ops)(/(raw|rdx))?$tail(/|\$)"
   }
 
   for ((round = 1; round <= rounds; round++)); do
@@ -114,13 +128,25 @@ if [[ "${1:-}" == "--in-vm" ]]; then
         rdx_run "r$round.f$((i + 1))" $((10000 + 1000 * round + i)) --benchmark_filter="${filters[$i]}"
         perftest_run "$op" "$size" "$depth" "$count" $((31000 + 1000 * round + i))
       done
-      # Every figure no plan line names (the micro benchmarks, shapes perftest does not run).
+      # Every figure no plan line names (the micro benchmarks, shapes perftest
+      # does not run), unless --only narrowed the plan.
       all=$(IFS='|'; echo "${filters[*]}")
-      [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: the other rdx_bench figures"
-      rdx_run "r$round.rest" $((10000 + 1000 * round + 999)) --benchmark_filter="-($all)"
+      if [[ -z "$only" ]]; then
+        [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: the other rdx_bench figures"
+        rdx_run "r$round.rest" $((10000 + 1000 * round + 999)) --benchmark_filter="-($all)"
+      fi
     else
       [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: rdx_bench ($order)"
-      rdx_run "r$round" $((18600 + round))
+      if [[ -n "$only" ]]; then
+        filters=()
+        for line in "${plan[@]}"; do
+          read -r op size depth count <<< "$line"
+          filters+=("$(figure_filter "$op" "$size" "$depth")")
+        done
+        rdx_run "r$round" $((18600 + round)) --benchmark_filter="$(IFS='|'; echo "${filters[*]}")"
+      else
+        rdx_run "r$round" $((18600 + round))
+      fi
       # perftest: one process pair per figure, a distinct port each.
       [[ "$RDX_NODE" == 0 ]] && echo "round $round of $rounds: perftest"
       for ((i = 0; i < ${#plan[@]}; i++)); do
@@ -136,6 +162,7 @@ fi
 # On the host.
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 sizes=default
+only=""
 reps=1
 rounds=1
 interleave=1
@@ -147,6 +174,7 @@ extra=()
 while (($#)); do
   case $1 in
     --sizes) sizes=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --no-interleave) interleave=0; shift ;;
@@ -179,13 +207,21 @@ bench_args=(--rdx_sizes="$sizes" --rdx_bw_bytes=2097152 --rdx_bw_max_msgs=128 --
 echo "${bench_args[*]}" > "$out/rdx_bench.args"
 echo "$rounds" > "$out/rounds"
 echo "$interleave" > "$out/interleave"
+printf '%s\n' "$only" > "$out/only"
 "$bench" "${bench_args[@]}" --rdx_plan > "$out/plan.txt"
+if [[ -n "$only" ]]; then
+  awk -v re="$only" '$1 ~ re' "$out/plan.txt" > "$out/plan.only" ||
+    { echo "run_fabric.sh: --only '$only' is not an extended regular expression" >&2; exit 2; }
+  mv "$out/plan.only" "$out/plan.txt"
+  [[ -s "$out/plan.txt" ]] || { echo "run_fabric.sh: --only '$only' matches no figure of the plan" >&2; exit 2; }
+fi
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "host: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2>/dev/null || echo unknown)"
   echo "rdx_bench ${bench_args[*]}; rounds: $rounds; $( ((interleave)) && echo "figure by figure with perftest" || echo "rdx_bench, then perftest")"
+  [[ -z "$only" ]] || echo "only: $only"
 } > "$out/info.txt"
 echo "run_fabric.sh: $(wc -l < "$out/plan.txt") fabric figures x (raw, rdx, perftest); results in $out"
 
