@@ -226,10 +226,20 @@ run_sanitizer_tests() {
   local rc=0 b="$ROOT/build/asan-ubsan" t="$ROOT/build/tsan"
   log "sanitizers: rdma and twonode tests (preset asan-ubsan), threading test (preset tsan)"
   cd "$ROOT"
-  { cmake --preset asan-ubsan && cmake --build --preset asan-ubsan -j "$JOBS"; } >"$b.build.log" 2>&1 ||
+  # Only the programs these tests run are built (not the per-header
+  # programs, unit tests, benchmarks or CUDA tests): the names come from the
+  # tests' own commands.
+  local targets=()
+  { cmake --preset asan-ubsan &&
+    ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' --show-only=json-v1 \
+      >"$b/ctest-tests.json" &&
+    mapfile -t targets < <(test_programs "$b" "$b/ctest-tests.json") &&
+    ((${#targets[@]} > 0)) &&
+    echo "building ${#targets[@]} programs: ${targets[*]}" &&
+    cmake --build --preset asan-ubsan -j "$JOBS" --target "${targets[@]}"; } >"$b.build.log" 2>&1 ||
     { tail -n 60 "$b.build.log" >&2; echo "asan-ubsan build failed; full log: $b.build.log" >&2; return 1; }
+  echo "asan-ubsan: built ${#targets[@]} test programs (log: build/asan-ubsan.build.log)"
   phase_done asan-build
-  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' --show-only=json-v1 >"$b/ctest-tests.json"
   ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
     rc=$?
   phase_done asan-tests
@@ -256,6 +266,29 @@ run_fuzz_tests() {
   summarize "$f/ctest-tests.json" "$f/ctest-junit.xml" "rdx test summary (preset fuzz, libFuzzer)" || rc=1
   phase_done fuzz
   return "$rc"
+}
+
+# The build tree's programs that the listed tests run (ctest --show-only=json-v1
+# in $2), as ninja targets relative to the build tree $1: every path under
+# $1 in a test's command, shell strings included, that ninja can build.
+test_programs() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, re, subprocess, sys
+
+build, listing = sys.argv[1], sys.argv[2]
+known = set()
+for line in subprocess.run(["ninja", "-C", build, "-t", "targets", "all"], capture_output=True, text=True,
+                           check=True).stdout.splitlines():
+    known.add(line.rsplit(": ", 1)[0])
+found = set()
+for t in json.load(open(listing))["tests"]:
+    for arg in t.get("command", []):
+        for path in re.findall(re.escape(build) + r"/[^\s'\"|;&)]+", arg):
+            rel = path[len(build) + 1:]
+            if rel in known:
+                found.add(rel)
+print("\n".join(sorted(found)))
+PY
 }
 
 summarize() {

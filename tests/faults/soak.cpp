@@ -507,15 +507,21 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
 // --- server -------------------------------------------------------------------
 
 // Serves one session until the client's k_end; returns false when the
-// connection failed first (then t.received counts what arrived before).
+// connection failed first (then t.received counts what arrived before) and
+// says in why what ended it.
 bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std::uint64_t first_received,
-           const std::map<std::string, std::uint64_t>& before) {
+           const std::map<std::string, std::uint64_t>& before, std::string& why) {
   rdx_test::kill_at killer(o.kill_at);
+  auto ended = [&](const char* step, std::error_code ec) {
+    why = std::string(step) + " after " + std::to_string(received) + " messages: " + ec.message();
+    if (s.conn.failed()) why += "; the connection failed: " + s.conn.failure_message();
+    return false;
+  };
   for (;;) {
     auto r = s.ch.receive(std::span<std::byte>(s.rx));
     if (std::error_code ec = r.wait(120s)) {
       if (ec == rdx::errc::timed_out && !s.conn.failed()) throw std::runtime_error("no message for 120 s");
-      return false;
+      return ended("a receive", ec);
     }
     if (o.kill_at != 0 && killer.count() + 1 == o.kill_at) {
       const char b = 'k';  // "now": the client times its detection from this
@@ -538,7 +544,7 @@ bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std
       if (!good) ++t.mismatches;
       t.bytes += h.length;
       auto a = s.send(header{.kind = k_ack, .length = 0, .hash = h.hash, .aux = good ? 1u : 0u});
-      if (a.wait(120s)) return false;
+      if (std::error_code ec = a.wait(120s)) return ended("an acknowledgement's send", ec);
     } else if (h.kind == k_end) {
       if (h.aux > s.rx_seq) t.lost += h.aux - s.rx_seq;  // messages that never came after the last one seen
       report rep{received, t.mismatches, t.lost, t.duplicates, first_received, {}};
@@ -549,7 +555,7 @@ bool serve(session& s, const options& o, totals& t, std::uint64_t& received, std
         if (a != now.end() && b != before.end()) rep.counters[i] = a->second - b->second;
       }
       auto f = s.send(header{.kind = k_final, .length = sizeof rep, .hash = xxh(&rep, sizeof rep)}, &rep);
-      if (f.wait(120s)) return false;
+      if (std::error_code ec = f.wait(120s)) return ended("the final report's send", ec);
       rdx::tcp::barrier(s.sock, 60s);
       return true;
     } else {
@@ -570,7 +576,8 @@ int run_server(const options& o) {
     session s(pd, o, true, o.port);
     std::uint64_t received = 0;
     start_cut(o, cut);
-    if (serve(s, o, t, received, 0, before)) {
+    std::string why;
+    if (serve(s, o, t, received, 0, before, why)) {
       check_cut(cut, "server");
       return result(o, "server", t, before);
     }
@@ -584,10 +591,10 @@ int run_server(const options& o) {
       (void)s.check(r.byte_count(), t);
     }
     first_received = received;
-    std::printf("soak server: the connection failed (%s) after %" PRIu64 " messages; serving port %u\n",
-                s.conn.failure_message().c_str(), received, o.port + 1);
+    std::printf("soak server: the session ended (%s); %" PRIu64 " messages in all; serving port %u\n",
+                why.c_str(), received, o.port + 1);
     if (!o.expect_failure) {
-      std::fprintf(stderr, "soak server: the connection failed: %s\n", s.conn.failure_message().c_str());
+      std::fprintf(stderr, "soak server: the session ended: %s\n", why.c_str());
       result(o, "server", t, before);
       return 1;
     }
@@ -595,8 +602,8 @@ int run_server(const options& o) {
   session s2(pd, o, true, static_cast<std::uint16_t>(o.port + 1));
   totals t2;
   std::uint64_t received = 0;
-  require(serve(s2, o, t2, received, first_received, before),
-          "the reconnected session failed: " + s2.conn.failure_message());
+  std::string why;
+  require(serve(s2, o, t2, received, first_received, before, why), "the reconnected session failed: " + why);
   t2.mismatches += t.mismatches;
   t2.duplicates += t.duplicates;
   return result(o, "server", t2, before, " reconnected=1");
