@@ -226,13 +226,12 @@ run_sanitizer_tests() {
   local rc=0 b="$ROOT/build/asan-ubsan" t="$ROOT/build/tsan"
   log "sanitizers: rdma and twonode tests (preset asan-ubsan), threading test (preset tsan)"
   cd "$ROOT"
-  # Only the programs these tests run are built (not the per-header
-  # programs, unit tests, benchmarks or CUDA tests): the names come from the
-  # tests' own commands.
-  local targets=()
+  # Only the programs these tests run are built (not the per-header checks,
+  # unit tests, benchmarks or CUDA tests): the names come from the tests' own
+  # commands.
+  local targets=() tests=(-L 'rdma|twonode' -LE 'doctor|wire|release_only')
   { cmake --preset asan-ubsan &&
-    ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' --show-only=json-v1 \
-      >"$b/ctest-tests.json" &&
+    ctest --preset asan-ubsan "${tests[@]}" --show-only=json-v1 >"$b/ctest-tests.json" &&
     mapfile -t targets < <(test_programs "$b" "$b/ctest-tests.json") &&
     ((${#targets[@]} > 0)) &&
     echo "building ${#targets[@]} programs: ${targets[*]}" &&
@@ -240,7 +239,7 @@ run_sanitizer_tests() {
     { tail -n 60 "$b.build.log" >&2; echo "asan-ubsan build failed; full log: $b.build.log" >&2; return 1; }
   echo "asan-ubsan: built ${#targets[@]} test programs (log: build/asan-ubsan.build.log)"
   phase_done asan-build
-  ctest --preset asan-ubsan -L 'rdma|twonode' -LE 'doctor|wire|release_only' -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
+  ctest --preset asan-ubsan "${tests[@]}" -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
     rc=$?
   phase_done asan-tests
   summarize "$b/ctest-tests.json" "$b/ctest-junit.xml" "rdx test summary (preset asan-ubsan, rdma and twonode but doctor, wire and release_only)" || rc=1
