@@ -25,7 +25,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <span>
 #include <utility>
 
@@ -69,13 +68,21 @@ public:
   message_ring(const protection_domain& pd, std::uint32_t depth, std::uint32_t message_size)
       : depth_(depth),
         size_(message_size),
+        report_at_(std::max<std::uint32_t>(1, depth / 4)),
         buf_(pd, std::size_t{depth} * message_size),
         rx_(std::make_unique<rx_entry[]>(depth)),
         messages_(depth),
         notes_(depth),
         repost_(std::make_unique<std::uint32_t[]>(depth)),
         chain_(std::make_unique<recv_wr[]>(depth)),
-        control_(pd, 2, access::local_write) {}
+        control_(pd, 2, access::local_write) {
+    // Each buffer's receive is built once (its wr_id is its index) and
+    // posted as it is every time the buffer goes back.
+    for (std::uint32_t i = 0; i < depth; ++i) {
+      chain_[i] = wr::recv(buf_.sge(std::size_t{i} * size_, size_));
+      chain_[i].id(i);
+    }
+  }
 
   [[nodiscard]] std::uint32_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::uint32_t message_size() const noexcept { return size_; }
@@ -84,8 +91,10 @@ public:
 
   //! Posts buffer i on qp.
   [[nodiscard]] std::error_code post(queue_pair& qp, std::uint32_t i) noexcept {
-    ibv_sge sge = buf_.sge(std::size_t{i} * size_, size_);
-    std::error_code ec = qp.post_recv(wr::recv(sge).id(i));
+    recv_wr& w = chain_[i];
+    w.native().next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    std::error_code ec = qp.post_recv_linked(w, bad);
     if (!ec) {
       rx_[i].posted = true;
       ++posted_;
@@ -96,34 +105,29 @@ public:
   void queue_repost(std::uint32_t i) noexcept { repost_[queued_++] = i; }
   //! Buffers queued for reposting.
   [[nodiscard]] std::uint32_t queued() const noexcept { return queued_; }
-  //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell),
-  //! each built in place in the ring's own chain.
-  //! @param posted_now set to how many were posted (all, or those before the failed one)
+  //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
+  //! their receives, built once, are linked in the order queued.
+  //! @param posted_now set to how many were posted (all, or those before the refused one)
   [[nodiscard]] std::error_code post_queued(queue_pair& qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
     if (queued_ == 0) return detail::no_error();
     ++repost_calls_;
-    if (queued_ == 1) {  // the usual case at a low message rate: no chain to build
-      queued_ = 0;
-      const std::error_code ec = post(qp, repost_[0]);
-      posted_now = ec ? 0 : 1;
-      reposted_ += posted_now;
-      return ec;
+    const std::uint32_t n = std::exchange(queued_, 0);
+    for (std::uint32_t k = 0; k + 1 < n; ++k)
+      chain_[repost_[k]].native().next = &chain_[repost_[k + 1]].native();
+    chain_[repost_[n - 1]].native().next = nullptr;
+    ibv_recv_wr* bad = nullptr;
+    const std::error_code ec = qp.post_recv_linked(chain_[repost_[0]], bad);
+    if (ec) {
+      std::uint32_t k = 0;
+      while (k < n && &chain_[repost_[k]].native() != bad) ++k;
+      posted_now = k < n ? k : 0;  // a refusal that names no request of the chain: none counted
+    } else {
+      posted_now = n;
     }
-    for (std::uint32_t k = 0; k < queued_; ++k) {
-      const std::uint32_t i = repost_[k];
-      recv_wr* slot = &chain_[k];
-      std::destroy_at(slot);
-      ::new (static_cast<void*>(slot)) recv_wr(wr::recv(buf_.sge(std::size_t{i} * size_, size_)));
-      slot->id(i);
-    }
-    std::size_t bad = 0;
-    const std::error_code ec = qp.post_recv(std::span<recv_wr>(chain_.get(), queued_), &bad);
-    posted_now = ec ? static_cast<std::uint32_t>(bad) : queued_;
     reposted_ += posted_now;
     for (std::uint32_t k = 0; k < posted_now; ++k) rx_[repost_[k]].posted = true;
     posted_ += posted_now;
-    queued_ = 0;
     return ec;
   }
   //! ibv_post_recv calls of post_queued (one doorbell each).
@@ -200,10 +204,8 @@ public:
     return consumed_;
   }
   void count_consumed(std::uint32_t n = 1) noexcept { consumed_ += n; }
-  [[nodiscard]] bool report_due() const noexcept {
-    const std::uint32_t owed = consumed_ - reported_;
-    return owed != 0 && owed >= std::max<std::uint32_t>(1, depth_ / 4);
-  }
+  //! True once a quarter of the ring (at least one buffer) is owed to the peer.
+  [[nodiscard]] bool report_due() const noexcept { return consumed_ - reported_ >= report_at_; }
   //! The request that writes our count into the peer's credit word.
   [[nodiscard]] send_wr credit_report(const remote_descriptor& peer_word) noexcept {
     control_[0] = consumed_;
@@ -218,11 +220,12 @@ public:
 private:
   std::uint32_t depth_;
   std::uint32_t size_;
+  std::uint32_t report_at_;  // credits owed that make a report due (report_due)
   registered_buffer<std::byte> buf_;
   std::unique_ptr<rx_entry[]> rx_;
   index_fifo messages_, notes_;
   std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
-  std::unique_ptr<recv_wr[]> chain_;         // their receives, built in place
+  std::unique_ptr<recv_wr[]> chain_;         // buffer i's receive, built once, at i
   std::uint32_t queued_ = 0;
   std::uint64_t repost_calls_ = 0, reposted_ = 0;
   registered_buffer<std::uint64_t> control_;  // [0] our count, sent; [1] the peer's, written by it

@@ -412,6 +412,17 @@ public:
   }
   //! Posts one receive built in the call (wr::recv(...)).
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
+  //! Posts receives the caller already linked through their native().next
+  //! (the last one's is nullptr), with one call: for requests built once and
+  //! posted many times. @param bad set to the first one refused (nullptr on success).
+  [[nodiscard]] std::error_code post_recv_linked(recv_wr& first, ibv_recv_wr*& bad) noexcept {
+    bad = nullptr;
+    if (state_ == qp_state::reset || has_srq_) {
+      [[unlikely]] bad = &first.native();
+      return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
+    }
+    return post_result(::ibv_post_recv(h_.get(), &first.native(), &bad));
+  }
   //! Posts a batch of receives with one call.
   [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch,
                                           std::size_t* bad_index = nullptr) noexcept {
