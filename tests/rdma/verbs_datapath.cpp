@@ -10,6 +10,7 @@
 #include <new>
 #include <numeric>
 #include <string_view>
+#include <vector>
 
 #include "rdma_support.hpp"
 
@@ -45,6 +46,51 @@ TEST_CASE("send and receive, data checked, wr_id carries the operation's address
   CHECK_FALSE(r.has_imm());
   CHECK(std::memcmp(src.data(), dst.data(), 1000) == 0);
   CHECK(dst[1000] == 0);
+}
+
+TEST_CASE("receives linked by the caller post with one call, in order; a refused one is named") {
+  rdx::queue_pair_attr qa;
+  qa.max_recv_wr = 4;
+  loopback lb(qa);
+  REQUIRE(lb.b.caps().max_recv_wr >= 4);
+  // More receives than the queue holds (the provider may round its size up),
+  // each built once and linked in order: the provider takes a prefix.
+  constexpr std::uint32_t n = 64;
+  rdx::registered_buffer<char> src(lb.pd, 64), dst(lb.pd, std::size_t{64} * n);
+  std::vector<rdx::recv_wr> w;
+  w.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) w.push_back(rdx::wr::recv(dst.sge(std::size_t{64} * i, 64)).id(i));
+  for (std::uint32_t i = 0; i + 1 < n; ++i) w[i].native().next = &w[i + 1].native();
+  w[n - 1].native().next = nullptr;
+  ibv_recv_wr* bad = nullptr;
+  const std::error_code ec = lb.b.post_recv_linked(w[0], bad);
+  CHECK(ec == std::errc::not_enough_memory);  // the receive queue is full: ENOMEM
+  REQUIRE(bad != nullptr);                    // the first one that did not fit, named
+  const auto it = std::find_if(w.begin(), w.end(), [&](rdx::recv_wr& x) { return &x.native() == bad; });
+  REQUIRE(it != w.end());
+  const auto k = static_cast<std::uint32_t>(it - w.begin());
+  INFO("the provider took " << k << " of " << n);
+  REQUIRE(k >= lb.b.caps().max_recv_wr);
+  REQUIRE(k < n);
+  // The ones before it were posted, in order: each message lands in the next.
+  for (std::uint32_t i = 0; i < k; ++i) {
+    std::memset(src.data(), 'A' + static_cast<int>(i % 26), 64);
+    REQUIRE(!lb.a.post_send(rdx::wr::send(src.sge(0, 16 + i % 32))));
+    REQUIRE(wait_one(lb.cq_a).ok());
+    auto r = wait_one(lb.cq_b);
+    REQUIRE(r.ok());
+    CHECK(r.wr_id() == i);
+    CHECK(r.byte_len() == 16 + i % 32);
+    CHECK(dst[std::size_t{64} * i] == static_cast<char>('A' + i % 26));
+  }
+  // Room again: the refused one posts alone, and a queue pair in RESET
+  // refuses the first of a chain without calling the provider.
+  w[k].native().next = nullptr;
+  REQUIRE(!lb.b.post_recv_linked(w[k], bad));
+  CHECK(bad == nullptr);
+  rdx::queue_pair fresh(lb.pd, lb.cq_b, lb.cq_b, qa);
+  CHECK(fresh.post_recv_linked(w[0], bad) == rdx::errc::not_ready);
+  CHECK(bad == &w[0].native());
 }
 
 TEST_CASE("send with immediate delivers the value in host order") {
