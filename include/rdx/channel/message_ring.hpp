@@ -91,10 +91,7 @@ public:
 
   //! Posts buffer i on qp.
   [[nodiscard]] std::error_code post(queue_pair& qp, std::uint32_t i) noexcept {
-    recv_wr& w = chain_[i];
-    w.native().next = nullptr;
-    ibv_recv_wr* bad = nullptr;
-    std::error_code ec = qp.post_recv_linked(w, bad);
+    std::error_code ec = qp.post_recv(chain_[i]);  // alone: post_recv clears its next
     if (!ec) {
       rx_[i].posted = true;
       ++posted_;
