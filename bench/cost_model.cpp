@@ -29,6 +29,10 @@
 
 #include <infiniband/verbs.h>
 
+#if RDX_COST_UCX
+#include "ucx_twin.hpp"
+#endif
+
 #include <arpa/inet.h>
 
 #if __has_include(<valgrind/callgrind.h>)
@@ -49,6 +53,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -78,19 +83,26 @@ constexpr const char* operations[] = {"build",        "post",        "post_exten
 struct options {
   unsigned iterations = 256;
   unsigned warmup = 32;
+  unsigned peers = 0;  // 0: rdx's connections own their queues; N: on two workers with N - 1 other pairs
+  bool ucx = false;    // the UCX twins of window_write and channel_64 too
   std::vector<std::string> only;
 };
 
 [[noreturn]] void usage(int rc) {
   std::FILE* f = rc == 0 ? stdout : stderr;
   std::fprintf(f,
-               "usage: rdx_cost_model [--iterations N] [--warmup N] [--only OP[,OP...]]\n"
+               "usage: rdx_cost_model [--iterations N] [--warmup N] [--peers N] [--only OP[,OP...]]\n"
                "User-space instructions per operation, rdx against plain verbs, on the\n"
                "first RDMA device (loopback: both ends in this process). Run it under\n"
                "callgrind through bench/cost_model.sh, which prints the table; alone it\n"
                "runs the same operations and checks their results.\n"
                "  --iterations N   measured operations per pass (default 256)\n"
                "  --warmup N       unmeasured operations before each pass (default 32)\n"
+               "  --ucx            also UCX's twins of window_write (ucp_put_nbx and its flush)\n"
+               "                   and channel_64 (ucp_am_send_nbx and its handler)\n"
+               "  --peers N        rdx's connections on two workers (rdx::worker), each with\n"
+               "                   N - 1 other connections attached, idle; the operations are\n"
+               "                   named OP@N (default: connections of their own, no worker)\n"
                "  --only OPS       these operations only: build, post, post_extended, poll,\n"
                "                   window_write, window_read, fetch_add, compare_swap,\n"
                "                   channel_64, channel_4k, channel_4k_zero_copy\n"
@@ -124,6 +136,15 @@ options parse(int argc, char** argv) {
       o.iterations = number(val());
     } else if (a == "--warmup") {
       o.warmup = number(val());
+    } else if (a == "--peers") {
+      o.peers = number(val());
+    } else if (a == "--ucx") {
+#if RDX_COST_UCX
+      o.ucx = true;
+#else
+      std::fprintf(stderr, "rdx_cost_model: --ucx: built without UCX (apt-get install libucx-dev, then reconfigure)\n");
+      std::exit(2);
+#endif
     } else if (a == "--only") {
       const std::string v = val();
       std::size_t at = 0;
@@ -177,15 +198,19 @@ struct raw_end {
 
 // Both twins, set up once.
 struct fixture {
-  fixture()
+  explicit fixture(unsigned peers)
       : ctx(rdx::context::open_default()),
         pd(ctx),
         a(pd),
         b(pd),
         xa(pd, rdx::post_api::extended),
         xb(pd, rdx::post_api::extended),
-        ca(pd, attr()),
-        cb(pd, attr()),
+        wa(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
+        wb(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
+        pca(wa ? std::make_unique<rdx::connection>(*wa, pd, attr()) : std::make_unique<rdx::connection>(pd, attr())),
+        pcb(wb ? std::make_unique<rdx::connection>(*wb, pd, attr()) : std::make_unique<rdx::connection>(pd, attr())),
+        ca(*pca),
+        cb(*pcb),
         win(rdx::make_window_buffer<std::byte, win_rights>(pd, region)),
         words(rdx::make_window_buffer<std::uint64_t, atomic_rights>(pd, 8)),
         local(pd, region, rdx::access::local_write),
@@ -196,6 +221,12 @@ struct fixture {
     xa.qp.connect(xb.qp.local_endpoint());
     xb.qp.connect(xa.qp.local_endpoint());
     rdx::connect_pair(ca, cb);
+    // The other peers: connected, idle, each with its receives posted.
+    for (unsigned i = 1; i < peers; ++i) {
+      others.push_back(std::make_unique<rdx::connection>(*wa, pd, idle_attr()));
+      others.push_back(std::make_unique<rdx::connection>(*wb, pd, idle_attr()));
+      rdx::connect_pair(*others[others.size() - 2], *others.back());
+    }
     w.emplace(ca, g.descriptor());
     ww.emplace(ca, gw.descriptor());
     cha.emplace(ca);
@@ -208,11 +239,25 @@ struct fixture {
         .recv_depth = 64, .message_size = 4096, .keepalive = 0ms, .stall_timeout = 0ms};
   }
 
+  // An idle peer: small rings, timers off as for the measured pair.
+  static rdx::connection_attr idle_attr() {
+    return rdx::connection_attr{.send_depth = 8,
+                                .signal_interval = 4,
+                                .recv_depth = 4,
+                                .message_size = 64,
+                                .keepalive = 0ms,
+                                .stall_timeout = 0ms};
+  }
+
   rdx::context ctx;
   rdx::protection_domain pd;
   raw_end a, b;    // ibv_post_send
   raw_end xa, xb;  // the extended post API
-  rdx::connection ca, cb;
+  std::optional<rdx::worker> wa, wb;
+  std::unique_ptr<rdx::connection> pca, pcb;
+  rdx::connection& ca;
+  rdx::connection& cb;
+  std::vector<std::unique_ptr<rdx::connection>> others;
   rdx::registered_buffer<std::byte> win;
   rdx::registered_buffer<std::uint64_t> words;
   rdx::registered_buffer<std::byte> local;
@@ -234,7 +279,7 @@ struct fixture {
 // completion was not there yet (late), and a pass with a late one is rerun.
 class runner {
 public:
-  explicit runner(const options& o) : o_(o) {}
+  explicit runner(const options& o) : o_(o), suffix_(o.peers != 0 ? "@" + std::to_string(o.peers) : "") {}
 
   bool wanted(const std::string& op) const {
     if (o_.only.empty()) return true;
@@ -252,7 +297,7 @@ public:
       unsigned late = 0;
       for (unsigned i = 0; i < o_.iterations; ++i) late += step(true) ? 0 : 1;
       if (late == 0) {
-        const std::string name = api + "/" + op + "/" + std::to_string(o_.iterations);
+        const std::string name = api + "/" + op + suffix_ + "/" + std::to_string(o_.iterations);
         CALLGRIND_DUMP_STATS_AT(name.c_str());
         std::printf("cost_model: %-4s %-14s %u operations%s\n", api.c_str(), op.c_str(), o_.iterations,
                     attempt ? " (after a longer sleep)" : "");
@@ -272,6 +317,7 @@ public:
 
 private:
   const options& o_;
+  std::string suffix_;  // "@N" with --peers N
   std::chrono::microseconds sleep_{500};
 };
 
@@ -323,7 +369,7 @@ void check(std::error_code ec, const char* what) {
 }
 
 void run(const options& o) {
-  fixture f;
+  fixture f(o.peers);
   runner r(o);
   raw_end& a = f.a;
   raw_end& b = f.b;
@@ -572,6 +618,55 @@ void run(const options& o) {
     });
   };
   message("channel_64", 64, false);
+#if RDX_COST_UCX
+  // UCX's twins, on the same device (bench/ucx_twin.hpp): only what the
+  // initiator calls is counted for the put, as for rdx's window write; a
+  // message counts the send, the receiver's progress that runs its handler
+  // and the sender's progress that completes the send.
+  if (o.ucx) {
+    ucx_twin::pair u;
+    if (r.wanted("window_write")) {
+      r.pass("ucx", "window_write", [&](bool m) {
+        collect(m);
+        ucs_status_ptr_t q = u.put();
+        collect(m);
+        r.settle();
+        collect(m);
+        bool got = false;
+        for (int k = 0; k < 4 && !got; ++k) {
+          (void)ucp_worker_progress(u.wa);
+          got = ucx_twin::pair::done(q);
+        }
+        if (got) ucx_twin::pair::release(q);
+        collect(m);
+        if (!got) u.wait(q, true);
+        return got;
+      });
+    }
+    if (r.wanted("channel_64")) {
+      r.pass("ucx", "channel_64", [&](bool m) {
+        const std::uint64_t before = u.arrivals;
+        collect(m);
+        ucs_status_ptr_t q = u.send(64);
+        collect(m);
+        r.settle();
+        collect(m);
+        (void)ucp_worker_progress(u.wb);
+        const bool arrived = u.arrivals != before;
+        (void)ucp_worker_progress(u.wa);
+        const bool sent = ucx_twin::pair::done(q);
+        if (sent) ucx_twin::pair::release(q);
+        collect(m);
+        if (!arrived || !sent) {
+          while (u.arrivals == before) u.progress_both();
+          if (!sent) u.wait(q, true);
+        }
+        if (u.received_bytes != 64) fail("UCX message: " + std::to_string(u.received_bytes) + " bytes");
+        return arrived && sent;
+      });
+    }
+  }
+#endif
   message("channel_4k", 4096, false);
   message("channel_4k_zero_copy", 4096, true);
 }

@@ -17,7 +17,9 @@ prints instructions per operation for rdx and its plain-verbs twin.
                    (an operation the file names must have been measured)
   --out DIR        keep callgrind's files here (default: a temporary directory)
   -h, --help       this text
-Options after -- go to rdx_cost_model (--iterations N, --warmup N, --only OPS).
+Options after -- go to rdx_cost_model (--iterations N, --warmup N, --only OPS,
+--peers N, --ucx). With --ucx the table adds UCX's count and rdx / UCX (UCX_IB_GID_INDEX
+and UCX_TLS default to 0 and rc_verbs,ud_verbs: see the script).
 Exit 0 when every ratio is within its limit, 1 otherwise, 2 for a usage error,
 77 when valgrind is not installed (apt-get install valgrind).
 EOF
@@ -48,6 +50,9 @@ mkdir -p "$out"
 rm -f "$out"/cg.out*
 
 echo "cost_model: valgrind --tool=callgrind $prog ${args[*]:-}"
+# UCX 1.13 on Soft-RoCE wires up only on GID 0, and its data must go over
+# verbs (rc_verbs), not shared memory, to be the twin of the others.
+export UCX_IB_GID_INDEX="${UCX_IB_GID_INDEX:-0}" UCX_TLS="${UCX_TLS:-rc_verbs,ud_verbs}"
 rc=0
 valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$out/cg.out" -q \
   "$prog" "${args[@]}" 2>"$out/stderr.txt" || rc=$?
@@ -81,18 +86,33 @@ awk -v limits="$limits" '
   {
     split($1, p, "/"); api = p[1]; op = p[2]; n = p[3]
     per[api, op] = $2 / n
+    if (api == "ucx") { ucx = 1; u_op = op; sub(/@.*/, "", u_op); ucx_of[u_op] = $2 / n }
     if (!(op in seen)) { seen[op] = 1; order[++no] = op }
   }
   END {
     bad = 0
-    print "| operation | rdx instructions | raw instructions | rdx / raw | limit |"
-    print "|---|---:|---:|---:|---:|"
+    if (ucx) {
+      # UCX twins measured (--ucx): its count for the same operation, and rdx / UCX.
+      print "| operation | rdx instructions | raw instructions | rdx / raw | UCX instructions | rdx / UCX | limit |"
+      print "|---|---:|---:|---:|---:|---:|---:|"
+    } else {
+      print "| operation | rdx instructions | raw instructions | rdx / raw | limit |"
+      print "|---|---:|---:|---:|---:|"
+    }
     for (i = 1; i <= no; i++) {
       op = order[i]
+      if (!(("rdx", op) in per)) continue
       r = per["rdx", op]; w = per["raw", op]
       ratio = w > 0 ? r / w : 0
       l = (op in lim) ? lim[op] : "-"
-      printf "| %s | %.1f | %.1f | %.3f | %s |\n", op, r, w, ratio, l
+      base = op; sub(/@.*/, "", base)
+      if (ucx && (base in ucx_of)) {
+        printf "| %s | %.1f | %.1f | %.3f | %.1f | %.3f | %s |\n", op, r, w, ratio, ucx_of[base], r / ucx_of[base], l
+      } else if (ucx) {
+        printf "| %s | %.1f | %.1f | %.3f | - | - | %s |\n", op, r, w, ratio, l
+      } else {
+        printf "| %s | %.1f | %.1f | %.3f | %s |\n", op, r, w, ratio, l
+      }
       if (l != "-" && ratio > l + 0) { bad = 1; over = over " " op sprintf(" (%.3f > %s)", ratio, l) }
     }
     for (i = 1; i <= nl; i++) if (!(limited[i] in seen)) { bad = 1; over = over " " limited[i] " (not measured)" }

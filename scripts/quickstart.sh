@@ -33,7 +33,7 @@ PACKAGES=(
   build-essential file cmake ninja-build pkg-config catch2 libbenchmark-dev python3-matplotlib libxxhash-dev
   libibverbs-dev librdmacm-dev libssl-dev rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
-  clang-14 libclang-rt-14-dev doxygen valgrind
+  clang-14 libclang-rt-14-dev doxygen valgrind libucx-dev
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }

@@ -32,3 +32,4 @@
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/send_queue.hpp>
 #include <rdx/channel/window.hpp>
+#include <rdx/channel/worker.hpp>

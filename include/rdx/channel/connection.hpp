@@ -14,6 +14,7 @@
 
 #include <rdx/channel/detail/engine.hpp>
 #include <rdx/channel/operation.hpp>
+#include <rdx/channel/worker.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 
@@ -39,7 +40,17 @@ public:
   //! Creates the queue pairs (RESET -> INIT), the completion queue, and the
   //! registered message ring, staging and flow-control buffers; posts every
   //! receive. @throws rdx::error for settings out of range or a failed verb.
-  explicit connection(const protection_domain& pd, const connection_attr& attr = {}) : engine(pd, attr) {}
+  explicit connection(const protection_domain& pd, const connection_attr& attr = {}) : engine(nullptr, pd, attr) {}
+  //! A connection on w: its queue pairs post their completions to w's shared
+  //! queue (it reserves queue_pairs x send_depth + recv_depth + 1 entries
+  //! there) and w's progress() drives it; its own progress(), wait() and
+  //! test() drive the whole worker. In event mode fd() is the worker's.
+  //! @throws rdx::error as above, errc::limit_exceeded when the worker's
+  //! queue has no room left, errc::invalid_argument for a protection domain
+  //! of another device, attr.events on a worker without events, or an empty
+  //! (moved-from) worker.
+  connection(worker& w, const protection_domain& pd, const connection_attr& attr = {})
+      : engine(detail::check_worker(w.core_), pd, attr) {}
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
   ~connection() { shut_down(); }
@@ -150,7 +161,12 @@ public:
 
   //! The completion channel's descriptor for an application's epoll loop
   //! (readable when a completion waits), or -1 without events.
-  [[nodiscard]] int fd() const noexcept { return channel_ ? channel_->fd() : -1; }
+  [[nodiscard]] int fd() const noexcept {
+    if (worker_ != nullptr) return worker_->fd();
+    return channel_ ? channel_->fd() : -1;
+  }
+  //! True when it was made on a worker (connection(worker&, ...)).
+  [[nodiscard]] bool on_worker() const noexcept { return worker_ != nullptr; }
   //! Before blocking on fd(): makes sure every posted work request will
   //! produce a completion and arms the CQ. After fd() is readable call
   //! ack_event(), then progress(). @return errc::not_ready without events.

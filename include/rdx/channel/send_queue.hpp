@@ -203,7 +203,7 @@ public:
   //! request that failed; the ones before it succeeded, unless the queue had
   //! already failed (failed_before), when they were flushed.
   template <class F>
-  void retire(const completion& c, bool failed_before, F&& f) noexcept {
+  [[gnu::always_inline]] void retire(const completion& c, bool failed_before, F&& f) noexcept {
     if (c.ok()) {
       while (head_ != tail_) {
         const sq_record r = ring_[slot(head_)];

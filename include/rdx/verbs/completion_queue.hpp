@@ -162,6 +162,14 @@ public:
   }
   //! The shared reference that queue pairs using the CQ hold, so it outlives them.
   [[nodiscard]] const std::shared_ptr<ibv_cq>& shared_handle() const noexcept { return h_; }
+  //! Another owner of the same CQ (shared ownership, as queue pairs hold it):
+  //! the CQ lives until its last owner goes. Used by a worker's connections.
+  [[nodiscard]] completion_queue share() const noexcept {
+    completion_queue r;
+    r.h_ = h_;
+    r.channel_ = channel_;
+    return r;
+  }
   //! True when it owns a CQ (not default-constructed, moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Entries the CQ actually has (at least the depth asked for).

@@ -186,6 +186,8 @@ public:
   [[nodiscard]] const std::shared_ptr<ibv_context>& shared_handle() const noexcept { return h_; }
   //! True when it owns an open device (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
+  //! Another owner of the same open device (shares the native handle).
+  [[nodiscard]] context share() const noexcept { return context(h_); }
 
   //! The device's kernel name ("rxe0", "mlx5_0").
   [[nodiscard]] std::string name() const { return std::string(device_name(h_->device)); }

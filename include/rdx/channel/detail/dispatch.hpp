@@ -8,6 +8,7 @@
 
 namespace rdx::detail {
 
+template <int site>
 inline void engine::dispatch(const completion& c) noexcept {
   if ((c.wr_id() & send_queue::wr_id_tag) != 0) {
     for (auto& q : sqs_) {
@@ -62,7 +63,10 @@ inline void engine::complete(operation& op) noexcept {
     op.waiter_ = {};
     return;
   }
-  if (op.waiter_) ready_.push(op);
+  if (op.waiter_) {
+    ready_.push(op);
+    if (worker_ != nullptr) worker_->mark_ready(*this);
+  }
 }
 
 inline void engine::resume_ready() noexcept {
@@ -73,6 +77,20 @@ inline void engine::resume_ready() noexcept {
     std::coroutine_handle<> h = std::exchange(op->waiter_, {});
     if (h) h.resume();  // op may be gone after this
   }
+}
+
+inline bool engine::resume_one() noexcept {
+  if (closing_ || ready_.empty()) return false;
+  operation* op = ready_.pop();
+  std::coroutine_handle<> h = std::exchange(op->waiter_, {});
+  if (h) h.resume();  // this connection may be gone after this
+  return true;
+}
+
+inline std::chrono::steady_clock::time_point engine::earliest_deadline(
+    std::chrono::steady_clock::time_point until) const noexcept {
+  for (const bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) until = std::min(until, a->deadline_);
+  return until;
 }
 
 // Hands queued messages and notifications to waiting receives, in order;
@@ -184,6 +202,11 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
     }
   }
   if (now == std::chrono::steady_clock::time_point{}) return;
+  // Work posted unsignaled last (a credit report behind another, say) makes
+  // no completion until covered: a loop that only calls progress() never
+  // covers, and such a request would keep the probe from being sent and the
+  // stall watchdog from seeing it. Covered here, it ends (or fails) by itself.
+  cover_all();
   if (attr_.stall_timeout.count() > 0 && connected_ && !failed_) {
     check_stall(now);
     if (failed_) return;
@@ -246,6 +269,8 @@ inline void engine::fail(std::error_code ec) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = ec;
+  // A failed connection's rdma_cm link is no longer looked at: its events must not wake the worker.
+  if (worker_ != nullptr && link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
   to_error();
   while (!deferred_.empty()) {
     operation& op = *deferred_.pop();

@@ -10,6 +10,7 @@
 #include <rdx/channel/detail/grant_base.hpp>
 #include <rdx/channel/detail/op_list.hpp>
 #include <rdx/channel/detail/peer_link.hpp>
+#include <rdx/channel/detail/worker_core.hpp>
 #include <rdx/channel/message_ring.hpp>
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/send_queue.hpp>
@@ -59,7 +60,14 @@ public:
 
   // --- used by operation and its awaiters -------------------------------------
 
-  inline int progress() noexcept;
+  // A connection on a worker drives the whole worker; the test is made
+  // before the engine's own progress sets up its frame.
+  [[gnu::always_inline]] int progress() noexcept {
+    if (worker_ != nullptr) [[unlikely]]
+      return worker_->progress();
+    return progress_own();
+  }
+  [[gnu::noinline]] inline int progress_own() noexcept;
   inline std::error_code run_until(std::chrono::steady_clock::time_point deadline, wait_mode mode,
                                    const operation* op) noexcept;
   [[gnu::always_inline]] inline void cover_all() noexcept;
@@ -74,7 +82,9 @@ public:
   inline void remove_bounded(bounded_awaiter_base& a) noexcept;
   void signal_stop() noexcept {
     stop_requests_.fetch_add(1, std::memory_order_release);
-    if (wake_fd_ >= 0) {
+    if (worker_ != nullptr) {
+      worker_->signal_stop();
+    } else if (wake_fd_ >= 0) {
       const std::uint64_t one = 1;
       (void)!::write(wake_fd_, &one, sizeof one);
     }
@@ -118,13 +128,17 @@ public:
   inline void connect_with(const connection_info& peer, const connect_options& opt, const qp_connector& how);
   //! Keeps the manager's link: housekeeping polls it, event mode sleeps on it,
   //! and its DISCONNECTED fails the connection at once. Destroyed in teardown.
-  void attach_link(std::unique_ptr<peer_link> l) noexcept { link_ = std::move(l); }
+  void attach_link(std::unique_ptr<peer_link> l) noexcept {
+    link_ = std::move(l);
+    if (worker_ != nullptr && link_ != nullptr) worker_->watch_fd(link_->fd(), true, this);
+  }
   [[nodiscard]] peer_link* link() const noexcept { return link_.get(); }
 
 protected:
   static constexpr std::uint32_t atomic_slots = 64;
 
-  inline engine(const protection_domain& pd, const connection_attr& attr);
+  // w: the worker whose completion queue it shares; nullptr: a queue of its own.
+  inline engine(std::shared_ptr<worker_core> w, const protection_domain& pd, const connection_attr& attr);
   ~engine() = default;
 
   [[nodiscard]] inline connection_info local_info() const;
@@ -163,6 +177,8 @@ protected:
   // Members in destruction order reversed: the queue pairs (and their send
   // queues) are declared last so that they go before the memory they use.
   connection_attr attr_;
+  std::shared_ptr<worker_core> wk_;  // the worker it is attached to (outlives the queue pairs)
+  worker_core* worker_ = nullptr;
   context ctx_;
   protection_domain pd_;
   bool windows_supported_;  // type 2 memory windows (else grants are exact registrations)
@@ -197,7 +213,15 @@ protected:
   std::error_code failure_{};
   // The failure in detail: what arrived, who disconnected, what stalled (no allocation).
   char failure_text_[256] = {};
-  thread_check thread_;
+  thread_check own_thread_;
+  thread_check* thread_ = &own_thread_;  // the worker's, on a worker: one thread drives them all
+  // A worker's lists (worker_core::link) and what it reserved and counts for this connection.
+  std::array<engine*, wl_count> wk_next_{}, wk_prev_{};
+  std::array<bool, wl_count> wk_in_{};
+  bool joined_ = false;
+  bool wk_touched_ = false;  // listed in worker_core::touched_
+  int wk_entries_ = 0;
+  std::uint64_t wk_handled_ = 0;
   grant_base* grants_ = nullptr;          // intrusive list of this connection's grants
   access granted_ = access::none;         // the union of their rights
   std::vector<std::uint32_t> peer_keys_;  // the peer's key per queue pair, K per striped window
@@ -208,10 +232,26 @@ protected:
   std::vector<send_queue> sqs_;
 
   // progress internals
+  friend class worker_core;
+  // Resumes the next coroutine whose operation ended; false when none (this may be gone after true).
+  inline bool resume_one() noexcept;
+  // The earlier of until and the deadline of each suspended bounded await.
+  [[nodiscard]] inline std::chrono::steady_clock::time_point earliest_deadline(
+      std::chrono::steady_clock::time_point until) const noexcept;
   [[gnu::noinline]] inline int poll_once() noexcept;
+  // What progress() does after its poll, for a connection on a worker: reposts, credits, clocks.
+  [[gnu::always_inline]] inline void settle() noexcept;
+  [[nodiscard]] bool housekeeping_due() const noexcept {
+    return (attr_.keepalive.count() > 0 && something_waits()) ||
+           ((link_ != nullptr || attr_.stall_timeout.count() > 0) && (something_waits() || sends_outstanding()));
+  }
   [[gnu::always_inline]] inline int poll_inline() noexcept;
-  inline void dispatch(const completion& c) noexcept;
-  inline void retire(const sq_record& r, std::error_code ec) noexcept;
+  // Inlined into both polls, the engine's own (site 0) and a worker's (site
+  // 1): one instantiation each, so that each inlines its own retirement
+  // (the data path: bench/cost_model.sh).
+  template <int site>
+  [[gnu::always_inline]] inline void dispatch(const completion& c) noexcept;
+  [[gnu::always_inline]] inline void retire(const sq_record& r, std::error_code ec) noexcept;
   inline void finish_part(operation& op, std::error_code ec) noexcept;
   inline void complete(operation& op) noexcept;
   inline void resume_ready() noexcept;
@@ -297,15 +337,21 @@ protected:
   inline void revoke_grants() noexcept;
 };
 
-inline engine::engine(const protection_domain& pd, const connection_attr& attr)
+inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& pd, const connection_attr& attr)
     : attr_(attr),
+      wk_(std::move(w)),
+      worker_(wk_.get()),
       ctx_(pd.device_context()),
       pd_(pd.share()),
       windows_supported_(device_has_type2_windows(ctx_)),
-      channel_(attr.events ? std::optional<completion_channel>(std::in_place, ctx_) : std::nullopt),
-      cq_(ctx_, completion_queue_attr{.depth = static_cast<int>(attr.queue_pairs * attr.send_depth +
-                                                                attr.recv_depth + 1),
-                                      .channel = channel_ ? &*channel_ : nullptr}),
+      channel_(attr.events && worker_ == nullptr ? std::optional<completion_channel>(std::in_place, ctx_)
+                                                 : std::nullopt),
+      cq_(worker_ != nullptr
+              ? worker_->cq().share()
+              : completion_queue(ctx_, completion_queue_attr{.depth = static_cast<int>(
+                                                                 attr.queue_pairs * attr.send_depth +
+                                                                 attr.recv_depth + 1),
+                                                             .channel = channel_ ? &*channel_ : nullptr})),
       ring_(pd, attr.recv_depth, attr.message_size),
       staging_(pd, std::size_t{2} * attr.recv_depth * attr.message_size),
       atomics_(pd, atomic_slots),
@@ -327,7 +373,17 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
   }
   if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0 || a.stall_timeout.count() < 0)
     bad("keepalive, drain_timeout and stall_timeout must not be negative");
-  if (attr_.events) {
+  if (worker_ != nullptr) {
+    if (worker_->device_context().native_handle() != ctx_.native_handle()) {
+      bad("the protection domain is of device " + ctx_.name() + " but the worker's completion queue is of " +
+          worker_->device_context().name() + "; make the worker on the connection's device");
+    }
+    if (attr.events && !worker_->events()) {
+      bad("events is set but the worker was made without events (worker_attr::events): its connections "
+          "sleep on the worker's descriptor");
+    }
+    thread_ = &worker_->thread();
+  } else if (attr_.events) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
       throw error(std::error_code(errno, std::generic_category()),
@@ -338,6 +394,11 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
   qps_.reserve(attr_.queue_pairs);
   sqs_.reserve(attr_.queue_pairs);
   try {
+    // On a worker: its queue entries reserved (or refused) before any queue
+    // pair exists; shut_down() gives them back if anything below throws.
+    if (worker_ != nullptr) {
+      worker_->join(*this, static_cast<int>(attr.queue_pairs * attr.send_depth + attr.recv_depth + 1));
+    }
     for (std::uint32_t i = 0; i < attr_.queue_pairs; ++i) {
       queue_pair_attr qa{.max_send_wr = attr_.send_depth,
                          .max_recv_wr = i == 0 ? attr_.recv_depth : 1,
@@ -348,6 +409,7 @@ inline engine::engine(const protection_domain& pd, const connection_attr& attr)
                          .remote_access = access::remote_write,
                          .post = attr_.post};
       qps_.emplace_back(pd, cq_, cq_, qa);
+      if (worker_ != nullptr) worker_->add_queue_pair(qps_.back().qp_num(), *this);
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
       sqs_.back().watch_cover(&uncovered_);
@@ -431,6 +493,11 @@ inline std::chrono::milliseconds engine::detection_bound() const noexcept {
 // --- progress ---------------------------------------------------------------------
 
 int engine::poll_once() noexcept {
+  if (worker_ != nullptr) {
+    const std::uint64_t before = wk_handled_;
+    worker_->poll();
+    return static_cast<int>(wk_handled_ - before);
+  }
   return poll_inline();
 }
 
@@ -451,7 +518,7 @@ inline int engine::poll_inline() noexcept {
   ++polling_;
   while (cq_head_ < cq_count_) {
     const completion c = cq_buf_[cq_head_++];
-    dispatch(c);
+    dispatch<0>(c);
     ++handled;
   }
   // The buffers of every message delivered in this poll go back with one doorbell.
@@ -459,8 +526,8 @@ inline int engine::poll_inline() noexcept {
   return handled;
 }
 
-inline int engine::progress() noexcept {
-  thread_check::scope guard(thread_, "progress");
+int engine::progress_own() noexcept {
+  thread_check::scope guard(*thread_, "progress");
   flush_held();
   if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) housekeeping({});
   const int handled = poll_inline();
@@ -529,8 +596,8 @@ inline void engine::cover_all() noexcept {
 // or progress inside f posts what is held first.
 template <class F>
 void engine::batch(F&& f) {
-  thread_check::scope guard(thread_, "a batch");
-  ++holds_;
+  thread_check::scope guard(*thread_, "a batch");
+  if (holds_++ == 0 && worker_ != nullptr) worker_->holding_changed(1);
   for (auto& q : sqs_) q.hold();
   try {
     std::forward<F>(f)();
@@ -547,7 +614,7 @@ void engine::batch(F&& f) {
 void engine::post_held(bool release) noexcept {
   auto unposted = [this](const sq_record& r, std::error_code e) { retire(r, e); };
   for (auto& q : sqs_) (void)(release ? q.release(unposted) : q.flush(unposted));
-  if (release) --holds_;
+  if (release && --holds_ == 0 && worker_ != nullptr) worker_->holding_changed(-1);
 }
 
 }  // namespace detail
@@ -558,3 +625,4 @@ void engine::post_held(bool release) noexcept {
 #include <rdx/channel/detail/grants.hpp>
 #include <rdx/channel/detail/lifetime.hpp>
 #include <rdx/channel/detail/posting.hpp>
+#include <rdx/channel/detail/worker_drive.hpp>

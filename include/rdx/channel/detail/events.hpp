@@ -10,12 +10,14 @@ namespace rdx::detail {
 // --- event mode ---------------------------------------------------------------------
 
 inline std::error_code engine::arm() noexcept {
+  if (worker_ != nullptr) return worker_->arm();
   if (!channel_) return make_error_code(errc::not_ready);
   cover_all();
   return cq_.arm();
 }
 
 inline void engine::ack_event() noexcept {
+  if (worker_ != nullptr) return worker_->ack_events();
   if (!channel_) return;
   pollfd p{channel_->fd(), POLLIN, 0};
   if (::poll(&p, 1, 0) <= 0) return;
@@ -25,6 +27,7 @@ inline void engine::ack_event() noexcept {
 }
 
 inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noexcept {
+  if (worker_ != nullptr) return worker_->wait(timeout);
   if (!channel_) return make_error_code(errc::not_ready);
   if (progress() > 0) return {};
   if (std::error_code ec = arm()) return ec;

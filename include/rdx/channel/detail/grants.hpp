@@ -41,7 +41,7 @@ inline void grant_base::revoke() noexcept {
 
 inline void engine::attach_grant(grant_base& g, const memory_region& mr, const void* addr, std::size_t bytes,
                                  access rights, grant_options opt) {
-  thread_check::scope guard(thread_, "granting a window");
+  thread_check::scope guard(*thread_, "granting a window");
   auto bad = [](errc e, const std::string& what) { throw_rdx(e, "grant: " + what); };
   if (closing_) bad(errc::operation_aborted, "the connection is being destroyed");
   if (failed_) bad(errc::operation_failed, "the connection has failed (" + failure_.message() + ")");

@@ -13,7 +13,7 @@ namespace rdx::detail {
 // --- lifetimes ----------------------------------------------------------------------
 
 inline void engine::forget(operation& op) noexcept {
-  thread_check::scope guard(thread_, "destroying or canceling an operation");
+  thread_check::scope guard(*thread_, "destroying or canceling an operation");
   if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
   release_slot(op.p_);
   if (op.pending_ != 0) {
@@ -53,6 +53,7 @@ inline void engine::relink(operation& from, operation& to) noexcept {
 }
 
 inline void engine::add_bounded(bounded_awaiter_base& a) noexcept {
+  if (bounded_ == nullptr && worker_ != nullptr) worker_->bounded_changed(*this, true);
   a.prev_ = nullptr;
   a.next_ = bounded_;
   if (bounded_ != nullptr) bounded_->prev_ = &a;
@@ -60,6 +61,7 @@ inline void engine::add_bounded(bounded_awaiter_base& a) noexcept {
 }
 
 inline void engine::remove_bounded(bounded_awaiter_base& a) noexcept {
+  const bool had = bounded_ != nullptr;
   if (a.prev_ != nullptr) {
     a.prev_->next_ = a.next_;
   } else if (bounded_ == &a) {
@@ -68,6 +70,7 @@ inline void engine::remove_bounded(bounded_awaiter_base& a) noexcept {
   if (a.next_ != nullptr) a.next_->prev_ = a.prev_;
   a.prev_ = a.next_ = nullptr;
   a.conn_ = nullptr;
+  if (had && bounded_ == nullptr && worker_ != nullptr) worker_->bounded_changed(*this, false);
 }
 
 inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept {
@@ -126,6 +129,12 @@ inline void engine::shut_down() noexcept {
   for (auto& q : sqs_)
     q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
   while (!ready_.empty()) ready_.pop()->waiter_ = {};
+  // Off the worker before the queue pairs go: what they leave in the shared
+  // queue is dropped, and no list of the worker points here any more.
+  if (worker_ != nullptr) {
+    if (link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
+    worker_->leave(*this);
+  }
   sqs_.clear();
   nqp_ = 0;
   qps_.clear();

@@ -31,6 +31,7 @@ inline bool engine::usable(operation& op) noexcept {
 
 inline void engine::defer(operation& op) noexcept {
   deferred_.push(op);
+  if (worker_ != nullptr) worker_->mark_pumping(*this);
   // Room comes back with completions: the last posted request must make one.
   cover_all();
 }
@@ -62,7 +63,7 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 
 // A write or read made with its parameters (start_access::make).
 inline void engine::start_rdma(operation& op) noexcept {
-  thread_check::scope guard(thread_, "starting a window operation");
+  thread_check::scope guard(*thread_, "starting a window operation");
   if (!usable(op)) return;
   if (op.p_.length == 0) return fail_now(op, make_error_code(errc::invalid_argument));
   if (!deferred_.empty() || post_rdma(op) == post_result::blocked) defer(op);  // submit(), without the switch
@@ -70,7 +71,7 @@ inline void engine::start_rdma(operation& op) noexcept {
 
 // A fetch_add or compare_swap made with its parameters (start_access::make).
 inline void engine::start_atomic(operation& op) noexcept {
-  thread_check::scope guard(thread_, "starting an atomic");
+  thread_check::scope guard(*thread_, "starting an atomic");
   if (!usable(op)) return;
   submit(op);
 }
@@ -92,7 +93,7 @@ inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
 }
 
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
-  thread_check::scope guard(thread_, "sending");
+  thread_check::scope guard(*thread_, "sending");
   if (!send_admitted(op, bytes)) return;
   op.p_.length = bytes;  // the rest as made (start_access::make): one store, not the whole
   send_queue& q = sqs_[0];
@@ -123,7 +124,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
 // the NIC's until the operation ends (as a window write's source is).
 inline void engine::start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
                                           std::size_t bytes) noexcept {
-  thread_check::scope guard(thread_, "sending");
+  thread_check::scope guard(*thread_, "sending");
   if (!send_admitted(op, bytes)) return;
   op.p_.laddr = laddr;  // the rest as made (start_access::make)
   op.p_.length = bytes;
@@ -133,7 +134,7 @@ inline void engine::start_send_registered(operation& op, std::uint64_t laddr, st
 
 inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
                                  std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept {
-  thread_check::scope guard(thread_, "notifying");
+  thread_check::scope guard(*thread_, "notifying");
   op.kind_ = op_kind::notify;
   if (!usable(op)) return;
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
@@ -142,7 +143,7 @@ inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32
 
 inline void engine::start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                                   bool exact) noexcept {
-  thread_check::scope guard(thread_, "receiving");
+  thread_check::scope guard(*thread_, "receiving");
   op.kind_ = op_kind::receive;
   op.dst_ = static_cast<std::byte*>(dst);
   op.dst_capacity_ = capacity;
@@ -154,7 +155,7 @@ inline void engine::start_receive(operation& op, void* dst, std::uint32_t capaci
 }
 
 inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) noexcept {
-  thread_check::scope guard(thread_, "receiving");
+  thread_check::scope guard(*thread_, "receiving");
   op.kind_ = op_kind::receive_view;
   op.elem_size_ = elem_size == 0 ? 1 : elem_size;
   if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
@@ -163,7 +164,7 @@ inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) n
 }
 
 inline void engine::release_view(operation& op) noexcept {
-  thread_check::scope guard(thread_, "releasing a message view");
+  thread_check::scope guard(*thread_, "releasing a message view");
   const std::uint32_t i = std::exchange(op.p_.slot, no_slot);
   op.dst_ = nullptr;
   ring_.lend(i, nullptr);
@@ -172,7 +173,7 @@ inline void engine::release_view(operation& op) noexcept {
 }
 
 inline void engine::start_notification(operation& op) noexcept {
-  thread_check::scope guard(thread_, "waiting for a notification");
+  thread_check::scope guard(*thread_, "waiting for a notification");
   op.kind_ = op_kind::notification;
   if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
   notifications_.push(op);

@@ -1,0 +1,333 @@
+// twonode test: many clients against one server thread (rdx::worker). Node
+// 0 (RDX_NODE=0) serves: it accepts --clients N connections over TCP, every
+// one on one worker, and serves them all from its one thread, polling or
+// (--events) sleeping on the worker's descriptor. Node 1 starts the N
+// clients at once from --threads T threads, each thread with its own worker;
+// one more client, in a child process, is killed with SIGKILL once traffic
+// runs. Every client sends --messages M records (its id, a sequence number
+// and a check word) and waits for the server's count; the server checks each
+// record, answers each client its count, and requires the killed client's
+// connection, and only it, to fail within connection::detection_bound() of
+// its last message. Exit 0 when all of that held, 1 otherwise, 2 for a usage
+// error, 77 without two nodes.
+#include <rdx/channel/channel.hpp>
+#include <rdx/channel/exchange.hpp>
+#include <rdx/channel/worker.hpp>
+#include <rdx/connect/tcp_bootstrap.hpp>
+#include <rdx/rdx.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint16_t port = 18540;
+constexpr std::uint32_t victim_id = 0xffffffffu;
+
+struct record {
+  std::uint32_t client;
+  std::uint32_t seq;
+  std::uint64_t check;
+};
+
+std::uint64_t check_of(std::uint32_t client, std::uint32_t seq) {
+  return (std::uint64_t{client} << 32 | seq) * 0x9e3779b97f4a7c15ull;
+}
+
+struct options {
+  unsigned clients = 32;
+  unsigned threads = 4;
+  unsigned messages = 20;
+  bool events = false;
+};
+
+rdx::connection_attr attr() {
+  return rdx::connection_attr{.send_depth = 16,
+                              .signal_interval = 8,
+                              .recv_depth = 8,
+                              .message_size = 64,
+                              .keepalive = 500ms};
+}
+
+void require(bool c, const std::string& what) {
+  if (!c) throw std::runtime_error(what);
+}
+
+// --- server ---------------------------------------------------------------------------
+
+struct session {
+  std::unique_ptr<rdx::connection> conn;
+  std::optional<rdx::channel<record>> ch;
+  std::optional<rdx::receive_operation<record>> recv;
+  std::optional<rdx::operation> reply;
+  std::uint32_t id = 0;  // from the first record
+  std::uint32_t got = 0;
+  bool victim = false, done = false;
+  std::chrono::steady_clock::time_point last{};
+};
+
+int serve(const options& o) {
+  rdx::context ctx = rdx::context::open_default();
+  rdx::protection_domain pd(ctx);
+  rdx::worker w(pd, rdx::worker_attr{.events = o.events});
+  auto listener = rdx::tcp::listener::bind("", port);
+  const unsigned total = o.clients + 1;  // and the victim
+  std::vector<session> s(total);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned i = 0; i < total; ++i) {
+    rdx::tcp::socket sock = listener.accept(120s);
+    s[i].conn = std::make_unique<rdx::connection>(w, pd, attr());
+    s[i].ch.emplace(*s[i].conn);
+    (void)rdx::exchange_and_connect(sock, *s[i].conn, {});
+    s[i].recv.emplace(s[i].ch->receive());
+  }
+  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("server: %u connections on one worker (%s), set up in %.2f s (%.0f per second), %zu queue pairs, "
+              "%d of %d completion-queue entries reserved\n",
+              total, o.events ? "event mode" : "polling", setup, total / setup, w.queue_pairs(), w.cq_reserved(),
+              w.cq_capacity());
+  std::fflush(stdout);
+  unsigned finished = 0, victims_failed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 300s;
+  while (finished < total) {
+    require(std::chrono::steady_clock::now() < deadline, "server: clients did not finish within 300 s");
+    if (o.events) {
+      const std::error_code ec = w.wait(100ms);
+      require(!ec || ec == rdx::errc::timed_out, "server: wait: " + ec.message());
+    } else {
+      w.progress();
+    }
+    for (unsigned i = 0; i < total; ++i) {
+      session& x = s[i];
+      if (x.done) continue;
+      if (x.reply) {
+        if (!x.reply->done()) continue;
+        require(!x.reply->error(), "server: reply to client " + std::to_string(x.id) + ": " +
+                                       x.reply->error().message());
+        x.done = true;
+        ++finished;
+        continue;
+      }
+      if (!x.recv->done()) continue;
+      if (const std::error_code ec = x.recv->error()) {
+        require(x.victim, "server: client " + std::to_string(x.id) + " (connection " + std::to_string(i) +
+                              ") failed: " + x.conn->failure_message());
+        const auto after = std::chrono::steady_clock::now() - x.last;
+        const auto bound = x.conn->detection_bound();
+        std::printf("server: the killed client's connection failed %lld ms after its last message (bound %lld "
+                    "ms): %s\n",
+                    static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(after).count()),
+                    static_cast<long long>(bound.count()), x.conn->failure_message().c_str());
+        require(after <= bound + 2s, "server: the killed client was noticed only after its bound");
+        ++victims_failed;
+        x.done = true;
+        ++finished;
+        continue;
+      }
+      const record r = x.recv->value();
+      if (x.got == 0) {
+        x.id = r.client;
+        x.victim = r.client == victim_id;
+      }
+      require(r.client == x.id && r.seq == x.got && r.check == check_of(r.client, r.seq),
+              "server: connection " + std::to_string(i) + ": record " + std::to_string(x.got) +
+                  " arrived as client " + std::to_string(r.client) + " seq " + std::to_string(r.seq));
+      ++x.got;
+      x.last = std::chrono::steady_clock::now();
+      if (!x.victim && x.got == o.messages) {
+        x.reply.emplace(x.ch->send(record{x.id, x.got, check_of(x.id, x.got)}));
+      } else {
+        x.recv.emplace(x.ch->receive());
+      }
+    }
+  }
+  require(victims_failed == 1, "server: the killed client's connection did not fail");
+  // Every other client was served whole (its records checked, its count delivered); one that
+  // has finished may fail afterwards, when its process closes while this one still serves.
+  unsigned served = 0;
+  for (const session& x : s) served += !x.victim && x.done && x.got == o.messages ? 1 : 0;
+  require(served == o.clients, "server: " + std::to_string(served) + " of " + std::to_string(o.clients) +
+                                   " clients served");
+  const double all = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("server: %u clients served from one thread, %u checked records each, the killed one alone failed, "
+              "%.2f s in all, %llu wake-ups\n",
+              o.clients, o.messages, all, static_cast<unsigned long long>(w.wakeups()));
+  return 0;
+}
+
+// --- clients --------------------------------------------------------------------------
+
+// One connection to the server, made and used on the calling thread.
+struct client {
+  std::unique_ptr<rdx::connection> conn;
+  std::optional<rdx::channel<record>> ch;
+  client(rdx::worker& w, const rdx::protection_domain& pd, const char* host) {
+    conn = std::make_unique<rdx::connection>(w, pd, attr());
+    ch.emplace(*conn);
+    rdx::tcp::socket sock = rdx::tcp::connect(host, port, 120s);
+    (void)rdx::exchange_and_connect(sock, *conn, {});
+  }
+};
+
+// Sends every record of every client of this thread, then waits for each reply.
+void run_clients(const char* host, std::uint32_t first, unsigned n, unsigned messages, std::atomic<bool>& ok,
+                 std::string& why) {
+  try {
+    rdx::context ctx = rdx::context::open_default();
+    rdx::protection_domain pd(ctx);
+    // Event mode: T threads spinning on the VM's one vCPU would starve its
+    // kernel's RDMA work (acknowledgements late past the retry budget).
+    rdx::worker w(pd, rdx::worker_attr{.events = true});
+    std::vector<std::unique_ptr<client>> cs;
+    for (unsigned i = 0; i < n; ++i) cs.push_back(std::make_unique<client>(w, pd, host));
+    std::vector<std::optional<rdx::operation>> sends(n);
+    std::vector<rdx::receive_operation<record>> replies;
+    for (unsigned i = 0; i < n; ++i) replies.push_back(cs[i]->ch->receive());
+    for (unsigned m = 0; m < messages; ++m) {
+      for (unsigned i = 0; i < n; ++i) {
+        const std::uint32_t id = first + i;
+        if (sends[i]) {
+          const std::error_code ec = sends[i]->wait(60s, rdx::wait_mode::events);
+          require(!ec, "client " + std::to_string(id) + ": send failed: " + ec.message());
+        }
+        sends[i].emplace(cs[i]->ch->send(record{id, m, check_of(id, m)}));
+      }
+      w.progress();
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      const std::uint32_t id = first + i;
+      const std::error_code ec = sends[i]->wait(60s, rdx::wait_mode::events);
+      require(!ec, "client " + std::to_string(id) + ": send failed: " + ec.message());
+      const std::error_code rc = replies[i].wait(120s, rdx::wait_mode::events);
+      require(!rc, "client " + std::to_string(id) + ": no reply: " + rc.message());
+      require(replies[i].value().client == id && replies[i].value().seq == messages,
+              "client " + std::to_string(id) + ": the server counted " + std::to_string(replies[i].value().seq));
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+    ok = false;
+  }
+}
+
+int connect_clients(const options& o, const char* host) {
+  // The victim: a process of its own (forked before any verbs object
+  // exists), one connection, killed once it has sent a few records.
+  int ready[2];
+  require(::pipe(ready) == 0, "pipe");
+  const pid_t victim = ::fork();
+  require(victim >= 0, "fork");
+  if (victim == 0) {
+    ::close(ready[0]);
+    try {
+      rdx::context ctx = rdx::context::open_default();
+      rdx::protection_domain pd(ctx);
+      rdx::worker w(pd);
+      client c(w, pd, host);
+      for (std::uint32_t m = 0;; ++m) {
+        auto s = c.ch->send(record{victim_id, m, check_of(victim_id, m)});
+        if (s.wait(60s)) ::_exit(3);
+        if (m == 2) (void)!::write(ready[1], "r", 1);
+        std::this_thread::sleep_for(20ms);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "victim: %s\n", e.what());
+      ::_exit(3);
+    }
+  }
+  ::close(ready[1]);
+  char b = 0;
+  require(::read(ready[0], &b, 1) == 1, "the victim did not connect");
+  ::close(ready[0]);
+  // The others, all at once from T threads, while the victim still sends.
+  std::atomic<bool> ok{true};
+  std::vector<std::string> why(o.threads);
+  std::vector<std::thread> ts;
+  const unsigned per = (o.clients + o.threads - 1) / o.threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned t = 0; t < o.threads; ++t) {
+    const unsigned first = t * per;
+    const unsigned n = first >= o.clients ? 0 : std::min(per, o.clients - first);
+    ts.emplace_back(run_clients, host, first, n, o.messages, std::ref(ok), std::ref(why[t]));
+  }
+  std::this_thread::sleep_for(200ms);
+  ::kill(victim, SIGKILL);
+  int st = 0;
+  ::waitpid(victim, &st, 0);
+  std::printf("client: the victim (pid %d) killed\n", static_cast<int>(victim));
+  for (auto& t : ts) t.join();
+  for (const auto& w : why) {
+    if (!w.empty()) std::fprintf(stderr, "client: %s\n", w.c_str());
+  }
+  require(ok, "client: a client failed");
+  std::printf("client: %u clients from %u threads, %u records each, every reply checked, %.2f s\n", o.clients,
+              o.threads, o.messages,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto num = [&](unsigned lo, unsigned hi) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "worker_peer: %s needs a number\n", a.c_str());
+        std::exit(2);
+      }
+      const unsigned long v = std::strtoul(argv[++i], nullptr, 10);
+      if (v < lo || v > hi) {
+        std::fprintf(stderr, "worker_peer: %s %s: expected %u to %u\n", a.c_str(), argv[i], lo, hi);
+        std::exit(2);
+      }
+      return static_cast<unsigned>(v);
+    };
+    if (a == "--clients") {
+      o.clients = num(1, 4096);
+    } else if (a == "--threads") {
+      o.threads = num(1, 64);
+    } else if (a == "--messages") {
+      o.messages = num(1, 100000);
+    } else if (a == "--events") {
+      o.events = true;
+    } else if (a == "-h" || a == "--help") {
+      std::printf(
+          "usage: worker_peer [--clients N] [--threads T] [--messages M] [--events]\n"
+          "RDX_NODE=0 serves N + 1 clients from one thread on one rdx::worker (polling, or\n"
+          "sleeping on its descriptor with --events); RDX_NODE=1 starts N clients from T\n"
+          "threads and one more in a child process that is killed mid-traffic.\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "worker_peer: unknown option %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  const char* node = std::getenv("RDX_NODE");
+  const char* peer = std::getenv("RDX_PEER_ADDR");
+  if (node == nullptr || peer == nullptr) {
+    std::fprintf(stderr, "SKIP: needs RDX_NODE and RDX_PEER_ADDR (run through rdx-vm --nodes 2)\n");
+    return 77;
+  }
+  try {
+    return std::string(node) == "0" ? serve(o) : connect_clients(o, peer);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED (node %s): %s\n", node, e.what());
+    return 1;
+  }
+}
