@@ -69,22 +69,19 @@ inline void engine::complete(operation& op) noexcept {
   }
 }
 
-inline void engine::resume_ready() noexcept {
-  // Each is taken off the list first: a coroutine that polls again (nested)
-  // keeps the order, and one that destroys a sibling takes it off the list.
-  while (!closing_ && !ready_.empty()) {
-    operation* op = ready_.pop();
-    std::coroutine_handle<> h = std::exchange(op->waiter_, {});
-    if (h) h.resume();  // op may be gone after this
-  }
-}
-
+// Each is taken off the list first: a coroutine that polls again (nested)
+// keeps the order, and one that destroys a sibling takes it off the list.
 inline bool engine::resume_one() noexcept {
   if (closing_ || ready_.empty()) return false;
   operation* op = ready_.pop();
   std::coroutine_handle<> h = std::exchange(op->waiter_, {});
-  if (h) h.resume();  // this connection may be gone after this
+  if (h) h.resume();  // op, and on a worker this connection, may be gone after this
   return true;
+}
+
+inline void engine::resume_ready() noexcept {
+  while (resume_one()) {
+  }
 }
 
 inline std::chrono::steady_clock::time_point engine::earliest_deadline(

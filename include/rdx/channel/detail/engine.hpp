@@ -241,6 +241,8 @@ protected:
   [[gnu::noinline]] inline int poll_once() noexcept;
   // What progress() does after its poll, for a connection on a worker: reposts, credits, clocks.
   [[gnu::always_inline]] inline void settle() noexcept;
+  // Something needs the clocks: the keepalive (something waits), the stall
+  // watchdog or an rdma_cm link (something waits or is outstanding).
   [[nodiscard]] bool housekeeping_due() const noexcept {
     return (attr_.keepalive.count() > 0 && something_waits()) ||
            ((link_ != nullptr || attr_.stall_timeout.count() > 0) && (something_waits() || sends_outstanding()));
@@ -544,10 +546,7 @@ int engine::progress_own() noexcept {
   // A connection manager's link is looked at on the same clock, also while
   // only one-sided work is in flight (a disconnect ends it at once).
   // The stall watchdog looks on the same clock while sends are outstanding.
-  const bool keepalive_due =
-      handled == 0 && (++idle_polls_ & 1023) == 0 &&
-      ((attr_.keepalive.count() > 0 && something_waits()) ||
-       ((link_ != nullptr || attr_.stall_timeout.count() > 0) && (something_waits() || sends_outstanding())));
+  const bool keepalive_due = handled == 0 && (++idle_polls_ & 1023) == 0 && housekeeping_due();
   if (keepalive_due || (bounded_ != nullptr && (++ticks_ & 63) == 0)) {
     housekeeping(std::chrono::steady_clock::now());
   }

@@ -153,7 +153,6 @@ private:
   std::uint32_t ntouched_ = 0;
   int buf_head_ = 0, buf_count_ = 0;
   int polling_ = 0;
-  int bounded_engines_ = 0;  // connections with a suspended bounded await (wl_bounded)
   engine* cursor_ = nullptr;  // where the next sweep of the clocks starts (wl_all)
   int holding_ = 0;          // connections inside batch()
   std::uint32_t polls_ = 0;

@@ -130,7 +130,6 @@ inline void worker_core::leave(engine& e) noexcept {
     }
   }
   if (cursor_ == &e) cursor_ = e.wk_next_[wl_all];
-  if (e.wk_in_[wl_bounded]) --bounded_engines_;
   for (std::uint8_t l = 0; l < wl_count; ++l) unlink(e, static_cast<worker_list>(l));
   for (resume_frame* f = frames_; f != nullptr; f = f->up) {
     if (f->e == &e) f->e = nullptr;
@@ -181,8 +180,6 @@ inline engine* worker_core::pop(worker_list l) noexcept {
 }
 
 inline void worker_core::bounded_changed(engine& e, bool on) noexcept {
-  if (on == e.wk_in_[wl_bounded]) return;
-  bounded_engines_ += on ? 1 : -1;
   if (on) {
     link(e, wl_bounded);
   } else {
@@ -273,12 +270,13 @@ int worker_core::progress() noexcept {
   // The clocks: every 1024 polls (whether busy or not, so that an idle peer
   // among busy ones is still probed), or every 64 while a bounded await exists.
   const bool clocks = (++polls_ & 1023) == 0;
-  if (clocks || (bounded_engines_ > 0 && (++ticks_ & 63) == 0)) {
+  const bool bounded = head_[wl_bounded] != nullptr;
+  if (clocks || (bounded && (++ticks_ & 63) == 0)) {
     const auto now = std::chrono::steady_clock::now();
     if (clocks && now - swept_ >= std::chrono::milliseconds(1)) {
       swept_ = now;
       sweep(now);
-    } else if (bounded_engines_ > 0) {
+    } else if (bounded) {
       sweep_bounded(now);
     }
   }
