@@ -40,6 +40,93 @@ struct exchange_options {
   authenticator* auth = nullptr;
 };
 
+namespace detail {
+
+//! What one side sends in the exchange: per queue pair the descriptors of
+//! its endpoint message (the credit word first, then every grant with that
+//! queue pair's key), and the settings block.
+struct offer_messages {
+  std::vector<std::vector<remote_descriptor>> descriptors;  //!< one list per queue pair
+  std::vector<std::byte> settings;                          //!< wire::encode_settings
+};
+
+//! This side's messages for connection info `mine` and `grants`.
+//! @throws rdx::error (errc::invalid_argument) for too many grants or a grant of another connection.
+[[nodiscard]] inline offer_messages make_offer_messages(const connection_info& mine,
+                                                        std::span<const window_descriptor> grants,
+                                                        const char* who) {
+  if (grants.size() + 1 > wire::max_descriptors) {
+    detail::throw_rdx(errc::invalid_argument, std::string(who) + ": too many windows");
+  }
+  const std::size_t nqp = mine.endpoints.size();
+  for (const auto& g : grants) {
+    if (!g.keys.empty() && g.keys.size() != nqp) {
+      detail::throw_rdx(errc::invalid_argument, std::string(who) + ": a grant has keys for " +
+                                                    std::to_string(g.keys.size()) +
+                                                    " queue pairs, the connection " + std::to_string(nqp) +
+                                                    " (was it made on another connection?)");
+    }
+  }
+  offer_messages out;
+  for (std::size_t i = 0; i < nqp; ++i) {
+    std::vector<remote_descriptor>& desc = out.descriptors.emplace_back();
+    if (i == 0) desc.push_back(mine.credit_word);
+    for (const auto& g : grants) {
+      remote_descriptor d = g.memory;
+      if (!g.keys.empty()) d.rkey = g.keys[i];
+      desc.push_back(d);
+    }
+  }
+  wire::settings s{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}};
+  for (const auto& g : grants) s.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
+  out.settings = wire::encode_settings(s);
+  return out;
+}
+
+//! The peer's offer from its endpoint messages (one per queue pair of this
+//! side) and its settings block, checked for consistency; fail(what) throws.
+template <class Fail>
+[[nodiscard]] peer_offer read_peer_offer(const std::vector<wire::message>& got, const wire::settings& theirs,
+                                         Fail&& fail) {
+  const std::size_t nqp = got.size();
+  peer_offer peer;
+  for (const auto& m : got) peer.info.endpoints.push_back(m.ep);
+  if (got[0].descriptors.empty()) fail("the peer sent no credit word");
+  const std::size_t peer_windows = got[0].descriptors.size() - 1;
+  for (std::size_t i = 1; i < nqp; ++i) {
+    if (got[i].descriptors.size() != peer_windows) {
+      fail("endpoint message " + std::to_string(i) + " has " + std::to_string(got[i].descriptors.size()) +
+           " window keys, the first has " + std::to_string(peer_windows));
+    }
+    for (std::size_t j = 0; j < peer_windows; ++j) {
+      const remote_descriptor& a = got[0].descriptors[j + 1];
+      const remote_descriptor& b = got[i].descriptors[j];
+      if (a.addr != b.addr || a.length != b.length)
+        fail("window " + std::to_string(j) + " names other memory for queue pair " + std::to_string(i));
+    }
+  }
+  const std::size_t nwin = theirs.windows.size();
+  if (theirs.queue_pairs != nqp || nwin != peer_windows) {
+    fail("the peer's settings disagree with its endpoint messages (" + std::to_string(theirs.queue_pairs) +
+         " queue pairs, " + std::to_string(nwin) + " windows; its endpoint messages name " +
+         std::to_string(nqp) + " and " + std::to_string(peer_windows) + ")");
+  }
+  peer.info.recv_depth = theirs.recv_depth;
+  peer.info.message_size = theirs.message_size;
+  peer.info.credit_word = got[0].descriptors[0];
+  for (std::size_t j = 0; j < nwin; ++j) {
+    window_descriptor w{got[0].descriptors[j + 1],
+                        static_cast<rights>(theirs.windows[j].rights),
+                        theirs.windows[j].element_size,
+                        {}};
+    for (std::size_t i = 0; i < nqp; ++i) w.keys.push_back(got[i].descriptors[i == 0 ? j + 1 : j].rkey);
+    peer.windows.push_back(std::move(w));
+  }
+  return peer;
+}
+
+}  // namespace detail
+
 //! Sends this side's connection info and grants over s, receives the peer's,
 //! and connects c to the peer; both sides call it, then meet at a barrier so
 //! no message meets a queue pair that is not ready. Endpoint message i
@@ -55,78 +142,22 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
     o.auth->begin(s, deadline);
     rec.emplace(s, o.auth);
   }
-  if (grants.size() + 1 > wire::max_descriptors) {
-    detail::throw_rdx(errc::invalid_argument, "exchange_and_connect: too many windows");
-  }
-  const connection_info mine = c.local_info();
-  const std::size_t nqp = mine.endpoints.size();
-  for (const auto& g : grants) {
-    if (!g.keys.empty() && g.keys.size() != nqp) {
-      detail::throw_rdx(errc::invalid_argument, "exchange_and_connect: a grant has keys for " +
-                                                    std::to_string(g.keys.size()) +
-                                                    " queue pairs, the connection " + std::to_string(nqp) +
-                                                    " (was it made on another connection?)");
-    }
-  }
+  const connection_info info = c.local_info();
+  const detail::offer_messages mine = detail::make_offer_messages(info, grants, "exchange_and_connect");
+  const std::size_t nqp = mine.descriptors.size();
   auto fail = [&](const std::string& what) {
     throw error(errc::wire_format, "exchange_and_connect with " + s.peer() + ": " + what);
   };
-
-  peer_offer peer;
   std::vector<wire::message> got;
   for (std::size_t i = 0; i < nqp; ++i) {
-    std::vector<remote_descriptor> desc;
-    if (i == 0) desc.push_back(mine.credit_word);
-    for (const auto& g : grants) {
-      remote_descriptor d = g.memory;
-      if (!g.keys.empty()) d.rkey = g.keys[i];
-      desc.push_back(d);
-    }
-    got.push_back(tcp::exchange(s, mine.endpoints[i], desc, deadline));
-    peer.info.endpoints.push_back(got.back().ep);
+    got.push_back(tcp::exchange(s, info.endpoints[i], mine.descriptors[i], deadline));
   }
-  if (got[0].descriptors.empty()) fail("the peer sent no credit word");
-  const std::size_t peer_windows = got[0].descriptors.size() - 1;
-  for (std::size_t i = 1; i < nqp; ++i) {
-    if (got[i].descriptors.size() != peer_windows) {
-      fail("endpoint message " + std::to_string(i) + " has " + std::to_string(got[i].descriptors.size()) +
-           " window keys, the first has " + std::to_string(peer_windows));
-    }
-    for (std::size_t j = 0; j < peer_windows; ++j) {
-      const remote_descriptor& a = got[0].descriptors[j + 1];
-      const remote_descriptor& b = got[i].descriptors[j];
-      if (a.addr != b.addr || a.length != b.length)
-        fail("window " + std::to_string(j) + " names other memory for queue pair " + std::to_string(i));
-    }
-  }
-
-  wire::settings mine_settings{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}};
-  for (const auto& g : grants) {
-    mine_settings.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
-  }
-  s.send_all(wire::encode_settings(mine_settings), deadline, "send connection settings");
+  s.send_all(mine.settings, deadline, "send connection settings");
   std::vector<std::byte> block(wire::settings_header_size);
   s.recv_exact(block, deadline, "receive connection settings");
-  const std::uint32_t nwin = wire::settings_window_count(block);
-  block.resize(wire::settings_size(nwin));
+  block.resize(wire::settings_size(wire::settings_window_count(block)));
   s.recv_exact(std::span(block).subspan(wire::settings_header_size), deadline, "receive window grants");
-  const wire::settings theirs = wire::decode_settings(block);
-  if (theirs.queue_pairs != nqp || nwin != peer_windows) {
-    fail("the peer's settings disagree with its endpoint messages (" + std::to_string(theirs.queue_pairs) +
-         " queue pairs, " + std::to_string(nwin) + " windows; its endpoint messages name " +
-         std::to_string(nqp) + " and " + std::to_string(peer_windows) + ")");
-  }
-  peer.info.recv_depth = theirs.recv_depth;
-  peer.info.message_size = theirs.message_size;
-  peer.info.credit_word = got[0].descriptors[0];
-  for (std::uint32_t j = 0; j < nwin; ++j) {
-    window_descriptor w{got[0].descriptors[j + 1],
-                        static_cast<rights>(theirs.windows[j].rights),
-                        theirs.windows[j].element_size,
-                        {}};
-    for (std::size_t i = 0; i < nqp; ++i) w.keys.push_back(got[i].descriptors[i == 0 ? j + 1 : j].rkey);
-    peer.windows.push_back(std::move(w));
-  }
+  peer_offer peer = detail::read_peer_offer(got, wire::decode_settings(block), fail);
   if (o.auth != nullptr) {
     // Every byte above is in the transcript; a peer without the key, a
     // changed byte or a replay fails here, before any queue pair is connected.

@@ -85,6 +85,14 @@ public:
     if (core_) core_->ack_events();
   }
 
+  //! Event mode: wait() also wakes when `fd` is readable (an acceptor's
+  //! descriptor, the application's own), and stops doing so after
+  //! watch(fd, false). The worker reads nothing from it: the caller handles
+  //! it after wait() returns. Without events it does nothing.
+  void watch(int fd, bool on = true) noexcept {
+    if (core_) core_->watch_fd(fd, on, detail::worker_core::foreign_fd());
+  }
+
   //! Connections attached now.
   [[nodiscard]] std::size_t connections() const noexcept { return core_ ? core_->connections() : 0; }
   //! Their queue pairs.

@@ -98,6 +98,8 @@ public:
       (void)!::write(wake_fd_, &one, sizeof one);
     }
   }
+  // What an application's descriptor (worker::watch) names in the epoll set: no connection.
+  static engine* foreign_fd() noexcept { return reinterpret_cast<engine*>(std::uintptr_t{1}); }
   // An rdma_cm link's descriptor in (or out of) the epoll set; owner: its connection.
   [[gnu::noinline, gnu::cold]] inline void watch_fd(int fd, bool on, engine* owner) noexcept;
   [[nodiscard]] thread_check& thread() noexcept { return thread_; }

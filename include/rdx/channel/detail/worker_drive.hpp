@@ -62,7 +62,7 @@ void worker_core::watch_fd(int fd, bool on, engine* owner) noexcept {
   if (epoll_fd_ < 0 || fd < 0) return;
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = owner;  // an rdma_cm link's connection; nullptr: the channel or the eventfd
+  ev.data.ptr = owner;  // an rdma_cm link's connection; nullptr: the channel or the eventfd; foreign_fd()
   (void)::epoll_ctl(epoll_fd_, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
 }
 
@@ -374,7 +374,7 @@ inline std::error_code worker_core::wait(std::chrono::milliseconds timeout) noex
   const auto after = std::chrono::steady_clock::now();
   // An rdma_cm event names its connection: that one looks at its link now.
   for (int i = 0; i < r; ++i) {
-    if (auto* e = static_cast<engine*>(ev[i].data.ptr); e != nullptr) {
+    if (auto* e = static_cast<engine*>(ev[i].data.ptr); e != nullptr && e != foreign_fd()) {
       e->link_checked_ = {};
       e->housekeeping(after);
     }
