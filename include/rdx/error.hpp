@@ -37,6 +37,10 @@ enum class errc {
   //! work stayed posted with neither a completion nor an error for
   //! connection_attr::stall_timeout: the NIC, its driver or the peer stopped
   no_progress,
+  //! the device reported an asynchronous error on one of the connection's
+  //! queue pairs, its completion queue or the device itself (QP_FATAL,
+  //! QP_ACCESS_ERR, CQ_ERR, DEVICE_FATAL...; failure_message() names it)
+  device_error,
 };
 }  // namespace rdx
 
@@ -70,6 +74,7 @@ public:
       case errc::address_error: return "address error";
       case errc::peer_disconnected: return "the peer disconnected";
       case errc::no_progress: return "no progress: posted work neither completed nor failed";
+      case errc::device_error: return "the device reported an asynchronous error";
     }
     return "unknown rdx error";
   }

@@ -104,11 +104,15 @@ public:
   [[nodiscard]] std::error_code failure_reason() const noexcept { return failure_; }
   //! failure_reason() in words, with what the peer sent when it broke the
   //! protocol ("protocol error: the peer's credit count says 1000 messages
-  //! were consumed, but this side sent 0"). Empty while not failed.
+  //! were consumed, but this side sent 0"), and what the device reported
+  //! about it: an asynchronous event of its queue pairs, its port or the
+  //! device ("...: the device reported PORT_ERR on port 1: the port left
+  //! ACTIVE ..."), which may come a little after the failure. Empty while not failed.
   [[nodiscard]] std::string failure_message() const {
     if (!failed_) return {};
     std::string s = failure_.message();
     if (failure_text_[0] != '\0') s += std::string(": ") + failure_text_;
+    if (device_text_[0] != '\0') s += std::string(failure_text_[0] != '\0' ? "; " : ": ") + device_text_;
     return s;
   }
   //! The longest time from a peer's death (process killed, link down) to the

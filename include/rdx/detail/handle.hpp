@@ -41,7 +41,7 @@ template <class T>
 }
 
 //! Gives up ownership without destroying; refused while children still share it.
-template <class T>
+template <class T, class Deleter = verbs_deleter<T>>
 [[nodiscard]] T* release_verbs(shared_verbs<T>& h, const char* what) {
   if (!h) {
     return nullptr;
@@ -50,7 +50,7 @@ template <class T>
     throw_rdx(errc::not_ready,
               std::string("release() of ") + what + ": objects created from it are still alive");
   }
-  auto* d = std::get_deleter<verbs_deleter<T>>(h);
+  auto* d = std::get_deleter<Deleter>(h);
   if (d != nullptr) {
     d->released = true;
   }

@@ -4,6 +4,7 @@
 #include <rdx/detail/env.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/async_event.hpp>
 #include <rdx/verbs/device_list.hpp>
 #include <rdx/verbs/endpoint.hpp>
 
@@ -19,6 +20,27 @@
 #include <net/if.h>
 
 namespace rdx {
+
+namespace detail {
+// An open device's deleter: it closes the device, and holds what every owner
+// of it shares: the log of its asynchronous events.
+struct context_deleter : verbs_deleter<ibv_context> {
+  std::unique_ptr<async_event_log> events;
+};
+
+// Shared ownership of an open device, with its event log.
+[[nodiscard]] inline std::shared_ptr<ibv_context> make_shared_context(ibv_context* c) {
+  std::unique_ptr<async_event_log> log;
+  try {
+    log = std::make_unique<async_event_log>(c);
+  } catch (...) {
+    ::ibv_close_device(c);
+    throw;
+  }
+  // If allocating the control block throws, shared_ptr calls the deleter: nothing leaks.
+  return {c, context_deleter{{&::ibv_close_device, "ibv_close_device", {}, false}, std::move(log)}};
+}
+}  // namespace detail
 
 //! Logical state of a port (IBV_PORT_*); only an ACTIVE port carries traffic.
 enum class port_state : int {
@@ -113,7 +135,7 @@ public:
                               detail::doctor_hint("devices"),
                           errno ? errno : ENODEV);
     }
-    h_ = detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device");
+    h_ = detail::make_shared_context(c);
   }
 
   //! Opens the device called name.
@@ -175,19 +197,29 @@ public:
   //! Takes ownership of an open ibv_context. @throws rdx::error on nullptr.
   [[nodiscard]] static context from_native_handle(ibv_context* c) {
     detail::refuse_null(c, "context::from_native_handle");
-    return context(detail::make_shared_verbs(c, &::ibv_close_device, "ibv_close_device"));
+    return context(detail::make_shared_context(c));
   }
 
   //! The ibv_context, still owned (nullptr when empty).
   [[nodiscard]] ibv_context* native_handle() const noexcept { return h_.get(); }
   //! Gives up ownership. @throws rdx::error while objects created from it are alive.
-  [[nodiscard]] ibv_context* release() { return detail::release_verbs(h_, "context"); }
+  [[nodiscard]] ibv_context* release() {
+    return detail::release_verbs<ibv_context, detail::context_deleter>(h_, "context");
+  }
   //! Shared ownership of the native handle, for objects built on this one.
   [[nodiscard]] const std::shared_ptr<ibv_context>& shared_handle() const noexcept { return h_; }
   //! True when it owns an open device (not moved from or released).
   explicit operator bool() const noexcept { return h_ != nullptr; }
   //! Another owner of the same open device (shares the native handle).
   [[nodiscard]] context share() const noexcept { return context(h_); }
+
+  //! The device's asynchronous events, read without blocking and kept for
+  //! the owners of its queue pairs; one log per open device, shared by every
+  //! owner of it (share(), its protection domains). nullptr when empty.
+  [[nodiscard]] async_event_log* async_events() const noexcept {
+    const auto* d = std::get_deleter<detail::context_deleter>(h_);
+    return d != nullptr ? d->events.get() : nullptr;
+  }
 
   //! The device's kernel name ("rxe0", "mlx5_0").
   [[nodiscard]] std::string name() const { return std::string(device_name(h_->device)); }

@@ -185,6 +185,8 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
     }
     a = next;
   }
+  // The device's events of its queue pairs (a worker looks for its connections itself).
+  if (device_events_ != nullptr && now != std::chrono::steady_clock::time_point{}) look_at_device(now);
   if (link_ != nullptr && connected_ && !failed_ && now != std::chrono::steady_clock::time_point{} &&
       now - link_checked_ >= std::chrono::milliseconds(1)) {
     link_checked_ = now;
@@ -266,6 +268,8 @@ inline void engine::fail(std::error_code ec) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = ec;
+  // Before the queue pairs go to error: which one the device moved there tells why.
+  if (device_events_ != nullptr) explain_failure();
   // A failed connection's rdma_cm link is no longer looked at: its events must not wake the worker.
   if (worker_ != nullptr && link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
   to_error();

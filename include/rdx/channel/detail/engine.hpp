@@ -1,9 +1,10 @@
 // rdx::detail: the state of a connection's engine, its construction,
 // connect and progress loop. Its other parts: detail/dispatch.hpp (each
 // completion, delivery, deadlines, liveness probe, failure), lifetime.hpp
-// (withdraw, detach, move, teardown), events.hpp (event mode) and
-// posting.hpp (start functions, deferral). connection (channel/connection.hpp)
-// is their public face. docs/design.md, "Lifetimes" and "Dead peers".
+// (withdraw, detach, move, teardown), events.hpp (event mode),
+// posting.hpp (start functions, deferral) and device_events.hpp (the
+// device's asynchronous events). connection (channel/connection.hpp) is
+// their public face. docs/design.md, "Lifetimes" and "Dead peers".
 #pragma once
 
 #include <rdx/channel/connection_attr.hpp>
@@ -16,6 +17,7 @@
 #include <rdx/channel/send_queue.hpp>
 #include <rdx/detail/thread_check.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/async_event.hpp>
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/endpoint.hpp>
@@ -213,6 +215,14 @@ protected:
   std::error_code failure_{};
   // The failure in detail: what arrived, who disconnected, what stalled (no allocation).
   char failure_text_[256] = {};
+  // The device's account of it: an asynchronous event of its queue pairs, port or device.
+  char device_text_[384] = {};
+  async_event_log* device_events_ = nullptr;  // the context's log (device_events.hpp)
+  std::uint64_t events_from_ = 0;  // the log's sequence when this was made: earlier events are of others
+  std::uint64_t events_seen_ = 0;  // the log's sequence at the last look
+  async_event device_note_{};      // the weightiest event of its own so far, named if it fails
+  bool cause_open_ = false;        // failed with nothing the device said: a later event fills it in
+  std::chrono::steady_clock::time_point cause_until_{}, events_checked_{};
   thread_check own_thread_;
   thread_check* thread_ = &own_thread_;  // the worker's, on a worker: one thread drives them all
   // A worker's lists (worker_core::link) and what it reserved and counts for this connection.
@@ -242,10 +252,13 @@ protected:
   // What progress() does after its poll, for a connection on a worker: reposts, credits, clocks.
   [[gnu::always_inline]] inline void settle() noexcept;
   // Something needs the clocks: the keepalive (something waits), the stall
-  // watchdog or an rdma_cm link (something waits or is outstanding).
+  // watchdog or an rdma_cm link (something waits or is outstanding), or a
+  // failure whose cause the device may still report.
   [[nodiscard]] bool housekeeping_due() const noexcept {
     return (attr_.keepalive.count() > 0 && something_waits()) ||
-           ((link_ != nullptr || attr_.stall_timeout.count() > 0) && (something_waits() || sends_outstanding()));
+           ((link_ != nullptr || attr_.stall_timeout.count() > 0) &&
+            (something_waits() || sends_outstanding())) ||
+           cause_open_;
   }
   [[gnu::always_inline]] inline int poll_inline() noexcept;
   // Inlined into both polls, the engine's own (site 0) and a worker's (site
@@ -282,6 +295,14 @@ protected:
     fail(make_error_code(errc::protocol_error));
   }
   inline void to_error() noexcept;
+  // the device's asynchronous events (device_events.hpp)
+  inline void start_device_events() noexcept;
+  [[nodiscard]] inline bool owns_event(const async_event& e) const noexcept;
+  inline void take_device_events() noexcept;
+  inline void on_device_event(const async_event& e) noexcept;
+  [[gnu::noinline, gnu::cold]] inline void explain_failure() noexcept;
+  inline void write_device_text() noexcept;
+  inline void look_at_device(std::chrono::steady_clock::time_point now) noexcept;
   [[nodiscard]] inline bool usable(operation& op) noexcept;
   [[nodiscard]] op_fifo& fifo_of(op_list l) noexcept {
     switch (l) {
@@ -391,6 +412,7 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
       throw error(std::error_code(errno, std::generic_category()),
                   "connection: eventfd (stop-request wake-up)");
   }
+  start_device_events();
   for (std::uint32_t i = 0; i < 2 * attr_.recv_depth; ++i) free_staging_.push(i);
   for (std::uint32_t i = 0; i < atomic_slots; ++i) free_atomics_.push(i);
   qps_.reserve(attr_.queue_pairs);
@@ -619,6 +641,7 @@ void engine::post_held(bool release) noexcept {
 }  // namespace detail
 }  // namespace rdx
 
+#include <rdx/channel/detail/device_events.hpp>
 #include <rdx/channel/detail/dispatch.hpp>
 #include <rdx/channel/detail/events.hpp>
 #include <rdx/channel/detail/grants.hpp>

@@ -1,6 +1,6 @@
 // rdx::detail: event mode: arming the completion queue, taking its events,
-// and sleeping on the completion channel and the stop eventfd, never past
-// the next deadline or keepalive. Included by detail/engine.hpp.
+// and sleeping on the completion channel, the stop eventfd and the device's
+// asynchronous events, never past the next deadline or keepalive. Included by detail/engine.hpp.
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -43,15 +43,21 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
     until = std::min(until, now + stall_bound() / 4);
   const int ms = static_cast<int>(
       std::max<std::int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
-  pollfd p[3] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}};
+  pollfd p[4] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}, {-1, POLLIN, 0}};
   if (link_ != nullptr && connected_ && !failed_) {
     p[2].fd = link_->fd();
     link_checked_ = {};  // a cm event wakes this sleep: housekeeping below takes it now
   }
-  const int r = ::poll(p, 3, ms);
+  // The device's asynchronous events wake it too (read at once, so the descriptor does not stay readable).
+  if (device_events_ != nullptr && !failed_) p[3].fd = ctx_.native_handle()->async_fd;
+  const int r = ::poll(p, 4, ms);
   if (r > 0 && (p[1].revents & POLLIN) != 0) {
     std::uint64_t v = 0;
     (void)!::read(wake_fd_, &v, sizeof v);
+  }
+  if (r > 0 && (p[3].revents & POLLIN) != 0) {
+    device_events_->read();
+    events_checked_ = {};
   }
   if (r > 0 && (p[0].revents & POLLIN) != 0) ack_event();
   housekeeping(std::chrono::steady_clock::now());

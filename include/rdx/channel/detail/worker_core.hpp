@@ -1,13 +1,16 @@
 // rdx::detail: the state of a worker (channel/worker.hpp): one completion
 // queue shared by every connection attached to it, the table that finds a
 // completion's connection from its queue-pair number, the lists of
-// connections with work to finish, and the wake-up descriptors. Its member
+// connections with work to finish, and the wake-up descriptors (the
+// completion channel, a stop eventfd, rdma_cm links and the device's
+// asynchronous events). Its member
 // functions that drive connections are in detail/worker_drive.hpp, after the
 // engine they drive.
 #pragma once
 
 #include <rdx/detail/thread_check.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/async_event.hpp>
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
@@ -101,7 +104,8 @@ public:
   // What an application's descriptor (worker::watch) names in the epoll set: no connection.
   static engine* foreign_fd() noexcept { return reinterpret_cast<engine*>(std::uintptr_t{1}); }
   // An rdma_cm link's descriptor in (or out of) the epoll set; owner: its connection.
-  [[gnu::noinline, gnu::cold]] inline void watch_fd(int fd, bool on, engine* owner) noexcept;
+  // owner: the connection (an engine), this worker for the device's asynchronous events, or nullptr.
+  [[gnu::noinline, gnu::cold]] inline void watch_fd(int fd, bool on, void* owner) noexcept;
   [[nodiscard]] thread_check& thread() noexcept { return thread_; }
 
 private:
@@ -129,6 +133,9 @@ private:
   [[gnu::always_inline]] inline void settle() noexcept;
   [[gnu::noinline]] inline void settle_all() noexcept;
   inline void sweep(std::chrono::steady_clock::time_point now) noexcept;
+  // The device's asynchronous events, each handed to its connection
+  // (detail/device_events.hpp); an empty now reads the descriptor at once.
+  inline void device_events(std::chrono::steady_clock::time_point now) noexcept;
   inline void sweep_bounded(std::chrono::steady_clock::time_point now) noexcept;
   inline void resume() noexcept;
   [[nodiscard]] inline std::chrono::steady_clock::time_point sleep_until(
@@ -165,6 +172,8 @@ private:
   std::chrono::milliseconds tick_{1000};  // the shortest keepalive / 4 (or stall bound / 4) of its connections
   std::uint64_t wakeups_ = 0;
   resume_frame* frames_ = nullptr;
+  async_event_log* device_events_ = nullptr;  // the context's log of asynchronous events
+  std::uint64_t events_seen_ = 0;             // its sequence at the last look
   thread_check thread_;
 
   friend class engine;

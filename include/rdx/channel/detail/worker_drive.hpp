@@ -38,6 +38,11 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr)
       }()) {
   capacity_ = cq_.depth();
   rehash(64);
+  device_events_ = ctx_.async_events();
+  if (device_events_ != nullptr) {
+    device_events_->read();  // O_NONBLOCK, before the descriptor goes in the epoll set
+    events_seen_ = device_events_->sequence();
+  }
   if (channel_) {
     channel_->set_nonblocking();
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -50,6 +55,7 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr)
     }
     watch_fd(channel_->fd(), true, nullptr);
     watch_fd(wake_fd_, true, nullptr);
+    if (device_events_ != nullptr) watch_fd(ctx_.native_handle()->async_fd, true, this);
   }
 }
 
@@ -58,11 +64,13 @@ inline worker_core::~worker_core() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void worker_core::watch_fd(int fd, bool on, engine* owner) noexcept {
+void worker_core::watch_fd(int fd, bool on, void* owner) noexcept {
   if (epoll_fd_ < 0 || fd < 0) return;
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = owner;  // an rdma_cm link's connection; nullptr: the channel or the eventfd; foreign_fd()
+  // An rdma_cm link's connection; this worker: the device's events; foreign_fd(): an
+  // application's descriptor (worker::watch); nullptr: the channel or the eventfd.
+  ev.data.ptr = owner;
   (void)::epoll_ctl(epoll_fd_, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
 }
 
@@ -290,6 +298,7 @@ int worker_core::progress() noexcept {
 // apart); the keepalive and stall bounds are hundreds of times longer. The
 // bounded awaits' deadlines have their own list.
 inline void worker_core::sweep(std::chrono::steady_clock::time_point now) noexcept {
+  device_events(now);
   sweep_bounded(now);
   if (cursor_ == nullptr) cursor_ = head_[wl_all];
   for (int n = 0; n < 64 && cursor_ != nullptr; ++n) {
@@ -342,6 +351,10 @@ inline void worker_core::ack_events() noexcept {
   void* ctx = nullptr;
   while (::ibv_get_cq_event(channel_->native_handle(), &cq, &ctx) == 0) ++n;
   if (n != 0) ::ibv_ack_cq_events(cq_.native_handle(), n);
+  // Neither a completion nor a stop: an rdma_cm link or the device's
+  // asynchronous events, read now so that the descriptor does not stay
+  // readable (one more system call, only on such a wake-up).
+  if (n == 0 && v == 0) device_events({});
 }
 
 // How long a sleep may last: the next bounded await's deadline, a quarter
@@ -372,9 +385,12 @@ inline std::error_code worker_core::wait(std::chrono::milliseconds timeout) noex
     ack_events();
   }
   const auto after = std::chrono::steady_clock::now();
-  // An rdma_cm event names its connection: that one looks at its link now.
+  // An rdma_cm event names its connection: that one looks at its link now; the
+  // device's asynchronous events are handed to their connections.
   for (int i = 0; i < r; ++i) {
-    if (auto* e = static_cast<engine*>(ev[i].data.ptr); e != nullptr && e != foreign_fd()) {
+    if (ev[i].data.ptr == this) {
+      device_events({});
+    } else if (auto* e = static_cast<engine*>(ev[i].data.ptr); e != nullptr && e != foreign_fd()) {
       e->link_checked_ = {};
       e->housekeeping(after);
     }
