@@ -23,22 +23,14 @@
 #include <thread>
 
 #include "channel_support.hpp"
+#include "cm_support.hpp"
 
 using namespace std::chrono_literals;
 using rdx::rights;
 using clk = std::chrono::steady_clock;
+using cm_test::node_address;
 
 namespace {
-
-std::string node_address() {
-  const char* a = std::getenv("RDX_NODE_ADDR");
-  if (a == nullptr || *a == '\0') {
-    std::fprintf(stderr,
-                 "SKIP: RDX_NODE_ADDR is not set (run inside cmake/softroce/rdx-vm, whose VMs set it)\n");
-    std::exit(77);
-  }
-  return a;
-}
 
 // A server thread's outcome, checked on the main thread.
 struct outcome {

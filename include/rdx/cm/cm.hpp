@@ -2,6 +2,7 @@
 // umbrella rdx/rdx.hpp never includes this. docs/design.md, "rdma_cm".
 #pragma once
 
+#include <rdx/cm/acceptor.hpp>
 #include <rdx/cm/connect.hpp>
 #include <rdx/cm/event_channel.hpp>
 #include <rdx/cm/id.hpp>

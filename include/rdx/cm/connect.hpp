@@ -180,6 +180,106 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
   });
 }
 
+namespace detail {
+
+inline std::vector<rdma_cm_id*> ids_of(const request& r) {
+  std::vector<rdma_cm_id*> v;
+  for (std::uint32_t i = 0; i < r.queue_pairs(); ++i) v.push_back(r.native_handle(i));
+  return v;
+}
+
+//! cm::accept in two steps, so that an acceptor can wait without blocking.
+//! The constructor checks the request against the connection (a mismatch
+//! rejects it with the reason, which the client reads), connects the queue
+//! pairs, binds the grants and sends the replies. Then ESTABLISHED is
+//! awaited: wait() blocks, or take() reads what waits whenever fd() is
+//! readable, and finish() gives the ids to the connection as its link.
+class pending_accept {
+public:
+  //! Rejects a request that is not an rdx peer's. @throws errc::wire_format.
+  static void refuse_foreign(request& r) {
+    if (!r.rdx()) {
+      refuse(r, reject_reason::malformed, errc::wire_format,
+             "not an rdx peer (accept it with request::accept(queue_pair&))");
+    }
+  }
+
+  //! @throws rdx::error naming the peer; the request is then answered.
+  pending_accept(request&& r, connection& c, std::span<const window_descriptor> grants, const options& o)
+      : req_(std::move(r)), c_(&c), gate_(ids_of(req_), RDMA_CM_EVENT_ESTABLISHED, req_.peer(), "accepting") {
+    refuse_foreign(req_);
+    try {
+      rdx::detail::check_connect_options(o.qp);
+      check_grants("cm::accept", c, grants, message_kind::reply);
+    } catch (const error& x) {
+      refuse(req_, reject_reason::failed, errc::invalid_argument, x.what());
+    }
+    std::string why;
+    check_settings(c, *req_.rdx(), req_.peer(), why);
+    if (!why.empty()) refuse(req_, reject_reason::settings, errc::invalid_argument, why);
+    try {
+      offer_ = offer_of(*req_.rdx(), req_.keys_, req_.peer_qpns_, req_.peer());
+      for (std::size_t i = 0; i < req_.ids_.size(); ++i)
+        check_qp_for(req_.ids_[i].native_handle(), c.qp(i), req_.peer());
+    } catch (const error& x) {
+      refuse(req_, reject_reason::failed,
+             x.code() == errc::wire_format ? errc::wire_format : errc::invalid_argument, x.what());
+    }
+    rdx::detail::engine& e = rdx::detail::start_access::of(c);
+    req_.answered_ = true;  // from here a failure destroys the ids: the client hears it
+    e.connect_with(offer_.info, o.qp, [&](std::size_t i, queue_pair& qp, const connect_options& oo) {
+      connect_qp(req_.ids_[i].native_handle(), qp, oo);
+    });
+    const connection_info mine = c.local_info();
+    const std::uint32_t tag = req_.rdx()->tag;
+    for (std::size_t i = 0; i < req_.ids_.size(); ++i) {
+      const auto i8 = static_cast<std::uint8_t>(i);
+      req_.send_accept(i, c.qp(i), encode_hello(hello_for(message_kind::reply, i8, c, mine, tag, grants)),
+                       o.qp);
+    }
+  }
+
+  //! The request's own event channel (non-blocking): readable when an event about its ids waits.
+  [[nodiscard]] int fd() const noexcept { return req_.ch_.fd(); }
+  //! Ids that reached ESTABLISHED, of queue_pairs().
+  [[nodiscard]] std::size_t established() const noexcept { return gate_.arrived(); }
+  [[nodiscard]] std::size_t queue_pairs() const noexcept { return gate_.size(); }
+
+  //! Takes the events that wait, never blocking; leaves those after the last ESTABLISHED to the link.
+  //! @return true once every id is ESTABLISHED. @throws event_failure (REJECTED, DISCONNECTED, ...).
+  bool take() {
+    while (!gate_.done()) {
+      std::optional<event> e = req_.ch_.try_next();
+      if (!e) return false;
+      (void)gate_.take(std::move(*e));
+    }
+    return true;
+  }
+  //! Once take() returned true: the link goes to the connection. @return what the client offered.
+  peer_offer finish() { return attach(req_.into_link()); }
+  //! Blocks until ESTABLISHED on every id, then finish(). @throws event_failure, errc::timed_out.
+  peer_offer wait(clock::time_point deadline, std::chrono::milliseconds budget) {
+    return attach(req_.established(deadline, budget));
+  }
+
+private:
+  [[noreturn]] static void refuse(request& r, reject_reason why, errc code, const std::string& text) {
+    r.reject(why, text);
+    throw error(code, "cm::accept from " + r.peer() + ": " + text);
+  }
+  peer_offer attach(link l) {
+    rdx::detail::start_access::of(*c_).attach_link(std::make_unique<link>(std::move(l)));
+    return std::move(offer_);
+  }
+
+  request req_;
+  connection* c_;
+  peer_offer offer_;
+  event_gate gate_;
+};
+
+}  // namespace detail
+
 //! Accepts an rdx peer's request onto c (same queue pairs, recv_depth and
 //! message_size; on r.device_name()), offering grants (at most 7 fit in a
 //! reply), and waits for ESTABLISHED. A request that does not match c is
@@ -187,47 +287,9 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
 //! offered. @throws rdx::error naming the peer; the request is then answered.
 inline peer_offer accept(request&& r, connection& c, std::span<const window_descriptor> grants = {},
                          const options& o = {}) {
-  request req = std::move(r);
-  auto refuse = [&](reject_reason why, errc code, const std::string& text) {
-    req.reject(why, text);
-    throw error(code, "cm::accept from " + req.peer() + ": " + text);
-  };
-  if (!req.rdx())
-    refuse(reject_reason::malformed, errc::wire_format,
-           "not an rdx peer (accept it with request::accept(queue_pair&))");
-  try {
-    rdx::detail::check_connect_options(o.qp);
-    detail::check_grants("cm::accept", c, grants, message_kind::reply);
-  } catch (const error& x) {
-    refuse(reject_reason::failed, errc::invalid_argument, x.what());
-  }
-  std::string why;
-  detail::check_settings(c, *req.rdx(), req.peer(), why);
-  if (!why.empty()) refuse(reject_reason::settings, errc::invalid_argument, why);
   const auto deadline = clock::now() + o.timeout;
-  peer_offer offer;
-  try {
-    offer = detail::offer_of(*req.rdx(), req.keys_, req.peer_qpns_, req.peer());
-    for (std::size_t i = 0; i < req.ids_.size(); ++i)
-      detail::check_qp_for(req.ids_[i].native_handle(), c.qp(i), req.peer());
-  } catch (const error& x) {
-    refuse(reject_reason::failed, x.code() == errc::wire_format ? errc::wire_format : errc::invalid_argument,
-           x.what());
-  }
-  rdx::detail::engine& e = rdx::detail::start_access::of(c);
-  req.answered_ = true;  // from here a failure destroys the ids: the client hears it
-  e.connect_with(offer.info, o.qp, [&](std::size_t i, queue_pair& qp, const connect_options& oo) {
-    detail::connect_qp(req.ids_[i].native_handle(), qp, oo);
-  });
-  const connection_info mine = c.local_info();
-  const std::uint32_t tag = req.rdx()->tag;
-  for (std::size_t i = 0; i < req.ids_.size(); ++i) {
-    const auto i8 = static_cast<std::uint8_t>(i);
-    req.send_accept(i, c.qp(i),
-                    encode_hello(detail::hello_for(message_kind::reply, i8, c, mine, tag, grants)), o.qp);
-  }
-  e.attach_link(std::make_unique<link>(req.established(deadline, o.timeout)));
-  return offer;
+  detail::pending_accept p(std::move(r), c, grants, o);
+  return p.wait(deadline, o.timeout);
 }
 
 }  // namespace rdx::cm

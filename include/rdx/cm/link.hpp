@@ -1,12 +1,12 @@
 // rdx::cm: a connected link (the rdma_cm ids of one peer and their own event
-// channel), the connection manager's events as typed errors naming the peer,
-// queue-pair transitions from rdma_init_qp_attr, and the active side of a
+// channel), queue-pair transitions from rdma_init_qp_attr, and the active side of a
 // connection: resolve, request, response, establish. Queue pairs are the
 // caller's (rdma_cm ids without a queue pair), so rdx's own queue pairs,
 // completion queues and memory serve both bootstraps. docs/design.md, "rdma_cm".
 #pragma once
 
 #include <rdx/channel/detail/peer_link.hpp>
+#include <rdx/cm/detail/await.hpp>
 #include <rdx/cm/event_channel.hpp>
 #include <rdx/cm/id.hpp>
 #include <rdx/cm/private_data.hpp>
@@ -28,6 +28,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace rdx::cm {
@@ -70,73 +71,6 @@ auto retry_while_refused(const options& o, F&& attempt) {
     }
     std::this_thread::sleep_for(pause);
   }
-}
-
-// IB CM reject reasons a user meets (IBTA 12.6.7.2).
-inline constexpr int rej_invalid_service_id = 8;
-inline constexpr int rej_consumer = 28;
-
-//! The error an unexpected event stands for, naming the peer and the step.
-[[nodiscard]] inline error event_failure(const event& e, const std::string& peer, std::string_view step) {
-  const std::string at = std::string(step) + " with " + peer + ": ";
-  const std::string why = e.status < 0 ? std::string(" (") + std::strerror(-e.status) + ")" : "";
-  switch (e.type) {
-    case RDMA_CM_EVENT_ADDR_ERROR:
-      return error(errc::address_error, at + "the address resolves to no local RDMA device" + why +
-                                            "; is an RDMA device bound to the interface that routes there "
-                                            "(rdma link add rxe0 type rxe netdev eth0)?");
-    case RDMA_CM_EVENT_ROUTE_ERROR: return error(errc::unreachable, at + "no route" + why);
-    case RDMA_CM_EVENT_UNREACHABLE:
-      return error(errc::unreachable, at + "the peer's connection manager did not answer" + why +
-                                          " (is the host up and its RDMA device active?)");
-    case RDMA_CM_EVENT_CONNECT_ERROR: return error(errc::unreachable, at + "the connection failed" + why);
-    case RDMA_CM_EVENT_REJECTED: {
-      if (e.status == rej_invalid_service_id) {
-        // As TCP says it, so a client can retry while its server starts.
-        return error(std::make_error_code(std::errc::connection_refused),
-                     at + "nothing listens on that port (rejected: invalid service ID)");
-      }
-      if (auto r = decode_rejection(e.private_data)) {
-        return error(errc::rejected, at + "rejected by the rdx server (speaks version " +
-                                         std::to_string(r->version) + "): " + r->text);
-      }
-      return error(errc::rejected, at + "rejected (IB CM reason " + std::to_string(e.status) + ")");
-    }
-    case RDMA_CM_EVENT_DISCONNECTED: return error(errc::peer_disconnected, at + "the peer disconnected");
-    case RDMA_CM_EVENT_DEVICE_REMOVAL: return error(errc::no_device, at + "the RDMA device was removed");
-    default: return error(errc::protocol_error, at + "unexpected " + e.name());
-  }
-}
-
-//! Waits for `want` on each of ids (in any order); the events, in ids' order.
-//! @throws the event_failure of any other event about them, or errc::timed_out.
-inline std::vector<event> await_all(event_channel& ch, std::span<rdma_cm_id* const> ids,
-                                    rdma_cm_event_type want, clock::time_point deadline,
-                                    const std::string& peer, std::string_view step,
-                                    std::chrono::milliseconds budget) {
-  std::vector<event> got(ids.size());
-  std::vector<bool> have(ids.size(), false);
-  std::size_t left = ids.size();
-  while (left > 0) {
-    std::optional<event> e = ch.next(deadline);
-    if (!e) {
-      throw error(errc::timed_out, std::string(step) + " with " + peer + ": no " + ::rdma_event_str(want) +
-                                       " within " + std::to_string(budget.count()) + " ms");
-    }
-    const auto it = std::find(ids.begin(), ids.end(), e->id);
-    if (it == ids.end()) continue;  // an id this wait is not about
-    if (e->type != want) {
-      if (e->type == RDMA_CM_EVENT_TIMEWAIT_EXIT) continue;
-      throw event_failure(*e, peer, step);
-    }
-    const auto i = static_cast<std::size_t>(it - ids.begin());
-    if (!have[i]) {
-      have[i] = true;
-      got[i] = std::move(*e);
-      --left;
-    }
-  }
-  return got;
 }
 
 //! What both sides offer for reads and atomics: min(device, 16).

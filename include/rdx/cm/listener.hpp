@@ -35,7 +35,9 @@ namespace rdx::cm {
 
 class listener;
 class request;
-peer_offer accept(request&& r, connection& c, std::span<const window_descriptor> grants, const options& o);
+namespace detail {
+class pending_accept;
+}  // namespace detail
 
 //! One peer asking to connect: what it sent, and the ids to answer it on.
 //! Answer with accept() (an rdx connection), request::accept() (a queue pair
@@ -102,7 +104,7 @@ public:
 
 private:
   friend class listener;
-  friend peer_offer cm::accept(request&&, connection&, std::span<const window_descriptor>, const options&);
+  friend class detail::pending_accept;
   request() = default;
 
   void send_accept(std::size_t i, const queue_pair& qp, std::span<const std::byte> pd,
@@ -114,8 +116,9 @@ private:
     std::vector<rdma_cm_id*> raw;
     for (auto& i : ids_) raw.push_back(i.native_handle());
     (void)detail::await_all(ch_, raw, RDMA_CM_EVENT_ESTABLISHED, deadline, peer_, "accepting", budget);
-    return link(std::move(ch_), std::move(ids_), peer_, std::move(data_));
+    return into_link();
   }
+  link into_link() { return link(std::move(ch_), std::move(ids_), peer_, std::move(data_)); }
 
   event_channel ch_;
   std::vector<id> ids_;  // in queue-pair order; destroyed before the channel
@@ -155,13 +158,17 @@ public:
   }
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
+  //! Takes o's listening id, its channel and the requests it holds; o is
+  //! left empty: port() 0, fd() -1, and it is only to be destroyed.
+  listener(listener&&) noexcept = default;
+  listener& operator=(listener&&) = delete;
   ~listener() {
     groups_.clear();  // their ids before the listening id and the channel
   }
 
   //! The port it listens on (the one the kernel chose for port 0).
   [[nodiscard]] std::uint16_t port() const noexcept {
-    return ntohs(::rdma_get_src_port(id_.native_handle()));
+    return id_ ? ntohs(::rdma_get_src_port(id_.native_handle())) : std::uint16_t{0};
   }
   //! The event channel's descriptor: readable when a connect request (or another event) waits.
   [[nodiscard]] int fd() const noexcept { return ch_.fd(); }
@@ -170,7 +177,8 @@ public:
   //! The peer and the reason of the last request rejected here ("" before any).
   [[nodiscard]] const std::string& last_rejection() const noexcept { return last_rejection_; }
 
-  //! The next whole request, waiting up to timeout. @return nullopt at the timeout.
+  //! The next whole request, waiting up to timeout; a zero timeout never
+  //! blocks (it takes only the events that wait). @return nullopt at the timeout.
   [[nodiscard]] std::optional<request> next(std::chrono::milliseconds timeout) {
     const auto deadline = clock::now() + timeout;
     for (;;) {
