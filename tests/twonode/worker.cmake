@@ -12,3 +12,28 @@ rdx_add_twonode_test(NAME worker_events_twonode TIMEOUT 600
 rdx_add_twonode_test(NAME many_peers_256_twonode TIMEOUT 900
   NODE0 $<TARGET_FILE:worker_peer> --clients 256 --events
   NODE1 $<TARGET_FILE:worker_peer> --clients 256 --threads 4)
+
+# pingpong's --clients server: every client on one worker, one thread, set up
+# by rdx::acceptor while the others are served; 32 client processes at once,
+# polling and in event mode (the clients sleep on events: 32 busy-polling
+# processes would share the VM's one core with the server).
+set(_pp $<TARGET_FILE:pingpong>)
+set(_fail ${CMAKE_CURRENT_LIST_DIR}/expect_failure.sh)
+set(_ppc ${CMAKE_CURRENT_LIST_DIR}/pingpong_clients.sh)
+foreach(_m channel window)
+  rdx_add_twonode_test(NAME worker_pingpong_${_m}_32_twonode TIMEOUT 600
+    NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
+          ${_pp} --${_m} -s 64 -n 200 --clients 32 -p 18570
+    NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18570 32 --${_m} -s 64 -n 200 -e)
+  rdx_add_twonode_test(NAME worker_pingpong_${_m}_32_events_twonode TIMEOUT 600
+    NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
+          ${_pp} --${_m} -s 64 -n 200 --clients 32 -e -p 18571
+    NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18571 32 --${_m} -s 64 -n 200 -e)
+endforeach()
+# The same over rdma_cm (rdx::cm::acceptor): settings as the first message each way.
+if(TARGET rdx::cm)
+  rdx_add_twonode_test(NAME worker_pingpong_cm_window_32_events_twonode TIMEOUT 600
+    NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
+          ${_pp} --cm --window -s 64 -n 200 --clients 32 -e -p 18572
+    NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18572 32 --cm --window -s 64 -n 200 -e)
+endif()

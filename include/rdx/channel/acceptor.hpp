@@ -50,8 +50,9 @@ struct acceptor_options {
   //! Set-ups in progress at once; later clients wait in the listen backlog.
   std::size_t max_pending = 256;
   //! The application's bytes, sent to every client before rdx's messages
-  //! (its own settings, say), and how many bytes each client sends first.
+  //! (its own settings, say).
   std::vector<std::byte> preamble{};
+  //! How many bytes each client sends before rdx's messages (its preamble).
   std::size_t peer_preamble_size = 0;
 };
 
@@ -95,6 +96,7 @@ public:
     if (ep_ < 0) detail::throw_errno("epoll_create1", "acceptor", errno);
     watch(l_.native_handle(), EPOLLIN, nullptr, EPOLL_CTL_ADD);
   }
+  //! Takes o's listener, set-ups in progress and epoll descriptor; o is left empty.
   acceptor(acceptor&& o) noexcept
       : w_(o.w_), pd_(o.pd_), l_(std::move(o.l_)), attr_(o.attr_), o_(std::move(o.o_)),
         prepare_(std::move(o.prepare_)), ep_(std::exchange(o.ep_, -1)), setups_(std::move(o.setups_)),

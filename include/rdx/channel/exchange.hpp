@@ -83,14 +83,13 @@ struct offer_messages {
   return out;
 }
 
-//! The peer's offer from its endpoint messages (one per queue pair of this
-//! side) and its settings block, checked for consistency; fail(what) throws.
+//! Checks the peer's endpoint messages (one per queue pair of this side)
+//! against each other, as soon as they are in, before its settings are read:
+//! a credit word in the first, and every window naming the same memory in
+//! each; fail(what) throws. Returns the number of windows they name.
 template <class Fail>
-[[nodiscard]] peer_offer read_peer_offer(const std::vector<wire::message>& got, const wire::settings& theirs,
-                                         Fail&& fail) {
+std::size_t check_endpoint_messages(const std::vector<wire::message>& got, Fail&& fail) {
   const std::size_t nqp = got.size();
-  peer_offer peer;
-  for (const auto& m : got) peer.info.endpoints.push_back(m.ep);
   if (got[0].descriptors.empty()) fail("the peer sent no credit word");
   const std::size_t peer_windows = got[0].descriptors.size() - 1;
   for (std::size_t i = 1; i < nqp; ++i) {
@@ -105,6 +104,18 @@ template <class Fail>
         fail("window " + std::to_string(j) + " names other memory for queue pair " + std::to_string(i));
     }
   }
+  return peer_windows;
+}
+
+//! The peer's offer from its endpoint messages (one per queue pair of this
+//! side) and its settings block, checked for consistency; fail(what) throws.
+template <class Fail>
+[[nodiscard]] peer_offer read_peer_offer(const std::vector<wire::message>& got, const wire::settings& theirs,
+                                         Fail&& fail) {
+  const std::size_t nqp = got.size();
+  const std::size_t peer_windows = check_endpoint_messages(got, fail);
+  peer_offer peer;
+  for (const auto& m : got) peer.info.endpoints.push_back(m.ep);
   const std::size_t nwin = theirs.windows.size();
   if (theirs.queue_pairs != nqp || nwin != peer_windows) {
     fail("the peer's settings disagree with its endpoint messages (" + std::to_string(theirs.queue_pairs) +
@@ -152,6 +163,7 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
   for (std::size_t i = 0; i < nqp; ++i) {
     got.push_back(tcp::exchange(s, info.endpoints[i], mine.descriptors[i], deadline));
   }
+  (void)detail::check_endpoint_messages(got, fail);
   s.send_all(mine.settings, deadline, "send connection settings");
   std::vector<std::byte> block(wire::settings_header_size);
   s.recv_exact(block, deadline, "receive connection settings");
