@@ -927,12 +927,18 @@ run_stats run_typed_session(const options& o, const rdx::context& ctx, const rdx
     const auto deadline = steady::now() + o.timeout;
     std::atomic_ref<std::uint64_t> seq(mine[words - 1]);
     unsigned spins = 0;
+    auto nap = std::chrono::microseconds{50};
     while (seq.load(std::memory_order_acquire) != std::uint64_t{k} + 1) {
-      // A write raises no event here: with -e, sleep between looks, so that
-      // many clients on one core leave it to the server and the kernel.
+      // A write raises no event here: with -e, sleep between looks, longer
+      // each time up to 2 ms, so that many clients on one core leave it to
+      // the server and the kernel (which acknowledges the peer's writes:
+      // starved, the peer's writes end in transport retry exceeded).
       if (o.events || ++spins % 256 == 0) {
         conn.progress();
-        if (o.events) std::this_thread::sleep_for(std::chrono::microseconds{100});
+        if (o.events) {
+          std::this_thread::sleep_for(nap);
+          nap = std::min(nap * 2, std::chrono::microseconds{2000});
+        }
         if (steady::now() > deadline)
           throw failure("round trip " + std::to_string(k) + ": the peer's write did not arrive within " +
                         std::to_string(o.timeout.count()) + " s");

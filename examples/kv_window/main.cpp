@@ -1,14 +1,16 @@
 // rdx kv_window: one side serves a table of fixed-size records in a window;
 // the other reads them, writes some, bumps each record's version atomically,
 // reads everything back and checks it. The server checks its table too.
-// With --clients N the server serves N clients at once, each on its own
-// connection and thread with a grant of its own slice of the table.
+// With --clients N the server serves N clients at once from one thread, every
+// client's connection on one rdx::worker with a grant of its own slice of the table.
 //
 //   server:  kv_window [options]
 //   client:  kv_window [options] SERVER
+#include <rdx/channel/acceptor.hpp>
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/window.hpp>
+#include <rdx/channel/worker.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
 #if RDX_EXAMPLES_CM
@@ -22,11 +24,10 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../common.hpp"
@@ -46,6 +47,7 @@ constexpr std::size_t words_per_record = sizeof(record) / 8;
 constexpr std::uint64_t final_version = 10;
 
 constexpr auto table_rights = rdx::rights::read | rdx::rights::write | rdx::rights::atomic;
+using steady = std::chrono::steady_clock;
 
 struct options {
   std::string server;
@@ -80,9 +82,10 @@ void usage(const char* argv0) {
       "                        (default 18516)\n"
       "      --cm              connect through rdma_cm (librdmacm) instead of the TCP\n"
       "                        exchange; the grants travel in its private data\n"
-      "      --clients N       (server) serve N clients at once, each on its own\n"
-      "                        connection and thread, with a grant of its own slice of\n"
-      "                        N x -n records; one line per client (default 1)\n"
+      "      --clients N       (server) serve N clients at once from one thread, each on\n"
+      "                        its own connection (all on one rdx::worker) with a grant\n"
+      "                        of its own slice of N x -n records; one line per client\n"
+      "                        (default 1)\n"
       "  -a, --all             touch every record, however many (slow under TCG)\n"
       "  -t, --timeout SEC     limit for connecting and each operation (default 30)\n"
       "  -h, --help            this text\n"
@@ -150,63 +153,74 @@ rdx::connection_attr attr_of(const options& o) {
   return rdx::connection_attr{.queue_pairs = o.queue_pairs, .recv_depth = 8, .message_size = 64};
 }
 
-// How the server met one client: its name, whether it is still there while
-// the server waits for its report, and what to do at the end.
-struct meeting {
-  std::string peer;
-  std::function<bool()> alive = [] { return true; };
-  std::function<void()> finish = [] {};
-};
-using meet_fn = std::function<meeting(rdx::connection&, std::span<const rdx::window_descriptor>)>;
+// --- The server: every client on one worker, served from one thread ----------
+//
+// An acceptor (rdx::acceptor over TCP, rdx::cm::acceptor over rdma_cm) sets
+// clients up while the others are served. Each client's session waits for
+// its report, checks its slice, sends the verdict and (over TCP) meets the
+// client at a last barrier; the loop below moves every session on when the
+// worker wakes. A client that fails, at set-up or after, ends its own
+// session only.
 
-meeting tcp_meeting(const options& o, rdx::connection& conn, std::span<const rdx::window_descriptor> grants,
-                    std::shared_ptr<rdx::tcp::socket> sock) {
-  (void)rdx::exchange_and_connect(*sock, conn, grants, o.timeout);
-  return {sock->peer(), [sock] { return peer_connected(*sock); },
-          [sock, &o] { rdx::tcp::barrier(*sock, o.timeout); }};
-}
-
-// One client's session at the server: `slice` records of `table` from
-// record `first`, granted on a connection of its own. @return "" when the
-// client reported and every record of its slice is in its final state, else why not.
-std::string serve_one(const options& o, const rdx::protection_domain& pd,
-                      rdx::registered_buffer<std::uint64_t>& table, std::uint64_t first, const meet_fn& meet,
-                      std::string& peer) {
-  rdx::connection conn(pd, attr_of(o));
-  rdx::channel<std::uint64_t> ctl(conn);
-  const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
-  auto* recs = reinterpret_cast<record*>(table.data()) + first;
-  // The slice, granted twice with exactly read, write and atomic rights:
-  // as records, and as 8-byte words for atomics. Nothing else of the table.
-  const std::span<std::uint64_t> words_span(table.data() + first * words_per_record,
-                                            std::size_t{o.records} * words_per_record);
-  const rdx::grant<std::uint64_t, table_rights> words(conn, table.region(), words_span);
-  const rdx::grant<record, table_rights> as_records(conn, table.region(), std::span<record>(recs, o.records));
-  const rdx::window_descriptor grants[] = {as_records.descriptor(), words.descriptor()};
-  const meeting m = meet(conn, grants);
-  peer = m.peer;
-  std::printf("  connected to %s (records %" PRIu64 " to %" PRIu64 "); waiting for it\n", m.peer.c_str(),
-              first, first + o.records - 1);
-  std::fflush(stdout);
-  // The client takes as long as its table needs: wait while it is connected.
-  // (Leaving early would deregister the table under the client's feet.)
-  auto done = ctl.receive();
-  std::error_code ec;
-  while ((ec = done.wait(std::chrono::seconds(1))) == rdx::errc::timed_out) {
-    if (!m.alive()) return "the client went away before reporting";
-  }
-  if (ec) return "waiting for the client's report: " + conn.failure_message();
-  if (done.value() != o.records) return "the client checked " + std::to_string(done.value()) + " records";
+struct session {
+  std::string tag;
+  std::uint64_t first = 0;                   // the slice's first record in the table
+  std::unique_ptr<rdx::connection> conn{};   // handed over by the acceptor once set up
+  rdx::tcp::socket sock{};                   // TCP: for the last barrier and to see the client leave
+  std::optional<rdx::channel<std::uint64_t>> ctl{};
+  std::optional<rdx::grant<std::uint64_t, table_rights>> words{};
+  std::optional<rdx::grant<record, table_rights>> as_records{};
+  std::optional<rdx::receive_operation<std::uint64_t>> report{};
+  std::optional<rdx::operation> verdict{};
   std::uint64_t bad = 0;
-  for (std::uint64_t i = 0; i < o.records; ++i) {
-    const std::string p = final_problem(recs[i], i, stride);
-    if (!p.empty() && bad++ < 5) std::fprintf(stderr, "  record %" PRIu64 ": %s\n", first + i, p.c_str());
+  bool barrier_sent = false;
+  steady::time_point next_look{}, deadline{};
+};
+
+// Moves s on without waiting. @return true once it is over; throws failure naming why it failed.
+bool advance(session& s, const options& o, record* table) {
+  const auto now = steady::now();
+  if (!s.verdict) {
+    if (!s.report->done()) {
+      // The client takes as long as its table needs: wait while it is connected.
+      // (Ending early would deregister the table under its feet.)
+      if (s.sock && now >= s.next_look) {
+        if (!peer_connected(s.sock)) throw failure("the client went away before reporting");
+        s.next_look = now + std::chrono::seconds(1);
+      }
+      return false;
+    }
+    if (s.report->error()) throw failure("waiting for the client's report: " + s.conn->failure_message());
+    if (s.report->value() != o.records)
+      throw failure("the client checked " + std::to_string(s.report->value()) + " records");
+    const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
+    for (std::uint64_t i = 0; i < o.records; ++i) {
+      const std::string p = final_problem(table[s.first + i], i, stride);
+      if (!p.empty() && s.bad++ < 5) std::fprintf(stderr, "  record %" PRIu64 ": %s\n", s.first + i, p.c_str());
+    }
+    s.verdict.emplace(s.ctl->send(s.bad));
+    s.deadline = now + o.timeout;
   }
-  auto reply = ctl.send(bad);
-  if (reply.wait(o.timeout)) return "sending the verdict: " + reply.error().message();
-  m.finish();
-  if (bad != 0) return std::to_string(bad) + " records are wrong in the server's table";
-  return "";
+  if (!s.verdict->done()) {
+    if (now > s.deadline) throw failure("sending the verdict: no completion within the timeout");
+    return false;
+  }
+  if (s.verdict->error()) throw failure("sending the verdict: " + s.verdict->error().message());
+  if (s.sock) {
+    // The client's last step: one byte each way, so no traffic is in flight when the queue pairs go.
+    const std::byte b{0x52};
+    if (!s.barrier_sent) s.sock.send_all(std::span(&b, 1), s.deadline, "send barrier");
+    s.barrier_sent = true;
+    std::byte in{};
+    const ssize_t n = ::recv(s.sock.native_handle(), &in, 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (now > s.deadline) throw failure("the client did not meet the last barrier");
+      return false;
+    }
+    if (n != 1 || in != b) throw failure("the client left before the last barrier");
+  }
+  if (s.bad != 0) throw failure(std::to_string(s.bad) + " records are wrong in the server's table");
+  return true;
 }
 
 // The server: a table of clients x records; client i (in arrival order) gets
@@ -222,80 +236,109 @@ int serve(const options& o) {
     recs[i].version = 0;
     set_value(recs[i], initial_value(i % o.records));
   }
-  std::printf("kv_window server: %u records of %zu bytes for each of %u client(s) on %s%s\n", o.records,
-              sizeof(record), o.clients, ctx.name().c_str(), o.cm ? " (rdma_cm)" : "");
+  rdx::worker w(pd, rdx::worker_attr{.events = true});
+  std::printf("kv_window server: %u records of %zu bytes for each of %u client(s) on %s%s, one thread\n",
+              o.records, sizeof(record), o.clients, ctx.name().c_str(), o.cm ? " (rdma_cm)" : "");
 
-  // The next client's meeting, waiting up to the timeout.
-  std::function<std::optional<meet_fn>()> next;
-  std::optional<rdx::tcp::listener> tcp;
+  std::map<rdx::connection*, std::unique_ptr<session>> sessions;
+  std::uint32_t arrived = 0, passed = 0, failed = 0;
+  // A client's slice, granted twice with exactly read, write and atomic
+  // rights: as records, and as 8-byte words for atomics. Nothing else of the table.
+  const rdx::acceptor::prepare_fn prepare = [&](rdx::connection& c, const std::string& peer) {
+    if (arrived == o.clients) throw failure("every slice of the table is taken");
+    auto s = std::make_unique<session>();
+    s->first = std::uint64_t{arrived} * o.records;
+    s->tag = "[client " + std::to_string(++arrived) + " " + peer + (o.cm ? " over rdma_cm" : "") + "]";
+    s->ctl.emplace(c);
+    s->words.emplace(c, table.region(),
+                     std::span<std::uint64_t>(table.data() + s->first * words_per_record,
+                                              std::size_t{o.records} * words_per_record));
+    s->as_records.emplace(c, table.region(), std::span<record>(recs + s->first, o.records));
+    std::vector<rdx::window_descriptor> grants{s->as_records->descriptor(), s->words->descriptor()};
+    sessions[&c] = std::move(s);
+    return grants;
+  };
+  std::optional<rdx::acceptor> tcp_acc;
 #if RDX_EXAMPLES_CM
-  std::optional<rdx::cm::listener> cm;
+  std::optional<rdx::cm::acceptor> cm_acc;
   if (o.cm) {
-    cm.emplace(o.port);
-    std::printf("  waiting for %u client(s) on rdma_cm port %u\n", o.clients, cm->port());
-    next = [&]() -> std::optional<meet_fn> {
-      std::optional<rdx::cm::request> r = cm->next(o.timeout);
-      if (!r) return std::nullopt;
-      auto req = std::make_shared<rdx::cm::request>(std::move(*r));
-      return meet_fn([req](rdx::connection& conn, std::span<const rdx::window_descriptor> grants) {
-        meeting m;
-        m.peer = req->peer() + " over rdma_cm";
-        (void)rdx::cm::accept(std::move(*req), conn, grants);
-        return m;  // a client that goes away disconnects: the report's wait ends at once
-      });
-    };
+    cm_acc.emplace(w, pd, rdx::cm::listener(o.port), attr_of(o), rdx::cm::acceptor_options{.timeout = o.timeout},
+                   prepare);
+    w.watch(cm_acc->fd());
+    std::printf("  waiting for %u client(s) on rdma_cm port %u\n", o.clients, cm_acc->port());
   }
 #endif
   if (!o.cm) {
-    tcp.emplace(rdx::tcp::listener::bind("", o.port));
-    std::printf("  waiting for %u client(s) on TCP port %u\n", o.clients, tcp->port());
-    next = [&]() -> std::optional<meet_fn> {
-      std::shared_ptr<rdx::tcp::socket> sock;
-      try {
-        sock = std::make_shared<rdx::tcp::socket>(tcp->accept(o.timeout));
-      } catch (const rdx::error& e) {
-        if (e.code() == rdx::errc::timed_out) return std::nullopt;
-        throw;
-      }
-      return meet_fn([sock, &o](rdx::connection& conn, std::span<const rdx::window_descriptor> grants) {
-        return tcp_meeting(o, conn, grants, sock);
-      });
-    };
+    tcp_acc.emplace(w, pd, rdx::tcp::listener::bind("", o.port), attr_of(o),
+                    rdx::acceptor_options{.timeout = o.timeout}, prepare);
+    w.watch(tcp_acc->fd());
+    std::printf("  waiting for %u client(s) on TCP port %u\n", o.clients, tcp_acc->port());
   }
   std::fflush(stdout);
-
-  std::mutex m;
-  std::uint32_t passed = 0, failed = 0;
-  {
-    std::vector<std::jthread> threads;
-    for (std::uint32_t i = 0; i < o.clients; ++i) {
-      std::optional<meet_fn> meet = next();
-      if (!meet) {
-        std::fprintf(stderr, "  no client within %lld s: stopping after %u of %u\n",
-                     static_cast<long long>(o.timeout.count()), i, o.clients);
-        const std::lock_guard lock(m);
-        failed += o.clients - i;
-        break;
-      }
-      threads.emplace_back([&, i, meet = std::move(*meet)] {
-        std::string why, peer = "?";
-        try {
-          why = serve_one(o, pd, table, std::uint64_t{i} * o.records, meet, peer);
-        } catch (const std::exception& e) {
-          why = e.what();
-        }
-        const std::lock_guard lock(m);
-        if (why.empty()) {
-          ++passed;
-          std::printf("[client %u %s] all %u records of its slice in their final state (version %" PRIu64
-                      ")\n",
-                      i + 1, peer.c_str(), o.records, final_version);
+  auto next_setup = [&]() -> std::optional<rdx::accepted> {
+#if RDX_EXAMPLES_CM
+    if (cm_acc) return cm_acc->poll();
+#endif
+    return tcp_acc->poll();
+  };
+  auto end = [&](std::map<rdx::connection*, std::unique_ptr<session>>::iterator it, const std::string& why) {
+    session& s = *it->second;
+    if (why.empty()) {
+      ++passed;
+      std::printf("%s all %u records of its slice in their final state (version %" PRIu64 ")\n", s.tag.c_str(),
+                  o.records, final_version);
+    } else {
+      ++failed;
+      std::fprintf(stderr, "%s FAILED: %s\n", s.tag.c_str(), why.c_str());
+    }
+    std::fflush(stdout);
+    sessions.erase(it);  // operations, grants and channel first, then the connection (member order)
+  };
+  auto last_event = steady::now();
+  while (passed + failed < o.clients || !sessions.empty()) {
+    (void)w.wait(std::chrono::milliseconds{100});
+    while (std::optional<rdx::accepted> a = next_setup()) {
+      last_event = steady::now();
+      auto it = a->conn ? sessions.find(a->conn.get()) : sessions.end();
+      if (!*a) {
+        if (it != sessions.end()) {
+          it->second->conn = std::move(a->conn);  // destroyed after what prepare made on it
+          end(it, "set-up: " + a->message);
         } else {
           ++failed;
-          std::fprintf(stderr, "[client %u %s] FAILED: %s\n", i + 1, peer.c_str(), why.c_str());
+          std::fprintf(stderr, "[client %s] FAILED in set-up: %s\n", a->peer.c_str(), a->message.c_str());
         }
-        std::fflush(stdout);
-      });
+        continue;
+      }
+      session& s = *it->second;
+      s.conn = std::move(a->conn);
+      s.sock = std::move(a->socket);
+      s.report.emplace(s.ctl->receive());
+      std::printf("%s connected (records %" PRIu64 " to %" PRIu64 "); %zu in progress\n", s.tag.c_str(),
+                  s.first, s.first + o.records - 1, sessions.size());
+      std::fflush(stdout);
+    }
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      auto cur = it++;
+      if (!cur->second->conn) continue;  // still in set-up
+      std::string why;
+      bool over = false;
+      try {
+        over = advance(*cur->second, o, recs);
+      } catch (const std::exception& e) {
+        why = e.what();
+        over = true;
+      }
+      if (over) {
+        last_event = steady::now();
+        end(cur, why);
+      }
+    }
+    if (sessions.empty() && arrived < o.clients && steady::now() - last_event > o.timeout) {
+      std::fprintf(stderr, "  no client within %lld s: stopping after %u of %u\n",
+                   static_cast<long long>(o.timeout.count()), passed + failed, o.clients);
+      failed += o.clients - (passed + failed);
+      break;
     }
   }
   if (o.clients > 1) std::printf("server: %u of %u clients passed\n", passed, o.clients);
@@ -423,7 +466,7 @@ int main(int argc, char** argv) {
       } else if (r.match({"--cm"})) {
         o.cm = true;
       } else if (r.match({"--clients"}, &v)) {
-        o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 64));
+        o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 65536));
       } else if (r.match({"-t", "--timeout"}, &v)) {
         o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
       } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
