@@ -36,7 +36,7 @@ PACKAGES=(
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
 )
 TEST_PACKAGES=(
-  libbenchmark-dev python3-matplotlib perftest clang-14 libclang-rt-14-dev doxygen valgrind libucx-dev
+  libbenchmark-dev python3-matplotlib perftest clang-14 libclang-rt-14-dev clang-format doxygen valgrind libucx-dev
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }

@@ -123,8 +123,8 @@ inline const std::error_category& wc_category() noexcept {
 
 namespace detail {
 // std::system_category(), looked up once. std::error_code{} calls into the
-// standard library for it each time, and the data path returns success on
-// every post and every completion (docs/design.md, "Data path"). Defined
+// standard library for it each time, and the data path, which makes no such
+// call per operation, returns success on every post and every completion. Defined
 // before anything that includes this header, so it is set before any of
 // their static objects are.
 inline const std::error_category& system_category_ref = std::system_category();

@@ -25,6 +25,7 @@
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
 
+#include <rdx/channel/acceptor.hpp>
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>

@@ -1,4 +1,4 @@
-// Compile-fail cases for channels and windows. Built once with no case
+// Compile-fail cases for channels, windows and the owning types. Built once with no case
 // defined (the positive control: every line here is valid), then once per
 // RDX_CASE_* macro, each of which must fail for its stated reason
 // (CMakeLists.txt checks the compiler's message).
@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx::window_descriptor& d) {
   rdx::registered_buffer<std::uint64_t> local(pd, 16);
@@ -18,6 +19,10 @@ void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx:
   rdx::channel<std::uint64_t> ch(c);
   auto s = ch.send(std::uint64_t{1});
   auto m = ch.notify(rw, local, 0, 7);
+  auto table = rdx::make_window_buffer<std::uint64_t>(pd, 16);
+  const rdx::grant<std::uint64_t, rdx::rights::write> g(c, table);
+  rdx::registered_buffer<std::uint64_t> taken = std::move(local);  // owners move
+  rdx::operation moved_op = std::move(w);                          // an operation moves until it ends
 
 #if defined(RDX_CASE_NON_TRIVIAL_MESSAGE)
   // A channel carries bytes the NIC copies: std::string is not trivially copyable.
@@ -45,6 +50,31 @@ void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx:
 #if defined(RDX_CASE_ATOMIC_WITHOUT_RIGHT)
   // Atomics need the atomic right in the window's type.
   auto bad = rw.fetch_add(0, 1);
+#endif
+
+#if defined(RDX_CASE_OPERATION_COPY)
+  // An operation ends exactly once: it moves, it is never copied.
+  rdx::operation bad = moved_op;
+#endif
+
+#if defined(RDX_CASE_CONNECTION_COPY)
+  // A connection owns its queue pairs and the peer's state: never copied.
+  rdx::connection bad = c;
+#endif
+
+#if defined(RDX_CASE_CONNECTION_MOVE)
+  // Nor moved: its operations, grants and channels refer to it where it is.
+  rdx::connection bad = std::move(c);
+#endif
+
+#if defined(RDX_CASE_REGISTRATION_COPY)
+  // A registration is owned once: a copy would deregister it twice.
+  rdx::registered_buffer<std::uint64_t> bad = taken;
+#endif
+
+#if defined(RDX_CASE_GRANT_COPY)
+  // A grant is revoked once, when its owner goes: never copied.
+  rdx::grant<std::uint64_t, rdx::rights::write> bad = g;
 #endif
 
 #if defined(RDX_CASE_UNREGISTERED_SOURCE)

@@ -640,8 +640,13 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   rdx::registered_buffer<std::byte> big(pd, 1024);
   for (std::size_t i = 0; i < 8; ++i) src[i] = 2000 + i;
   rdx::send_queue sq(rp.qa, 16, 4);
-  bool uncovered = false;
-  sq.watch_cover(&uncovered);
+  // The owner's watch: its flag, and how often it was raised from clear.
+  rdx::send_queue::cover_watch watch;
+  int raised = 0;
+  watch.first = [](void* n) noexcept { ++*static_cast<int*>(n); };
+  watch.ctx = &raised;
+  bool& uncovered = watch.uncovered;
+  sq.watch_cover(&watch);
   std::array<int, 8> ids{0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<int> retired;
   auto write = [&](std::size_t i) {
@@ -658,6 +663,7 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   REQUIRE_FALSE(sq.post(w1, &ids[1], 1));
   CHECK_FALSE(sq.covered());
   CHECK(uncovered);
+  CHECK(raised == 1);
   // cover() posts signaled, which reports nothing.
   uncovered = false;
   REQUIRE(sq.cover());
@@ -683,6 +689,7 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
       &ids[6], 1);
   CHECK(sq.covered());  // the refused one was recorded signaled
   uncovered = false;
+  const int raised_before = raised;
   std::vector<int> unposted;
   const std::error_code ec = sq.release(
       [&](const rdx::sq_record& r, std::error_code) { unposted.push_back(*static_cast<int*>(r.owner)); });
@@ -690,6 +697,7 @@ TEST_CASE("send_queue reports each post that may leave it uncovered (watch_cover
   CHECK(unposted == (whole ? std::vector<int>{2, 3, 4, 5, 6} : std::vector<int>{6}));
   CHECK(sq.covered() == whole);
   CHECK(uncovered == !whole);
+  CHECK(raised == raised_before + (whole ? 0 : 1));  // told once: the flag was clear
   drain();
   CHECK(retired == (whole ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3, 4, 5}));
   for (std::size_t i = 2; i < 6; ++i) CHECK(dst[i] == (whole ? 0 : src[i]));

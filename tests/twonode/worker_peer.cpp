@@ -9,12 +9,19 @@
 // record, answers each client its count, and requires the killed client's
 // connection, and only it, to fail within connection::detection_bound() of
 // its last message. Exit 0 when all of that held, 1 otherwise, 2 for a usage
-// error, 77 without two nodes.
+// error, 77 without two nodes. --cm sets every connection up through rdma_cm
+// instead of TCP; --acceptor sets them up on the server with rdx::acceptor
+// (or cm::acceptor) while it serves the others, instead of one blocking
+// set-up after another before serving. The server prints its set-up rate.
+#include <rdx/channel/acceptor.hpp>
 #include <rdx/channel/channel.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/worker.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
+#if RDX_WORKER_PEER_CM
+#include <rdx/cm/cm.hpp>
+#endif
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -54,6 +61,8 @@ struct options {
   unsigned threads = 4;
   unsigned messages = 20;
   bool events = false;
+  bool cm = false;        // rdma_cm set-up instead of TCP
+  bool acceptor = false;  // the server sets clients up while it serves (rdx::acceptor, cm::acceptor)
 };
 
 rdx::connection_attr attr() {
@@ -85,23 +94,78 @@ int serve(const options& o) {
   rdx::context ctx = rdx::context::open_default();
   rdx::protection_domain pd(ctx);
   rdx::worker w(pd, rdx::worker_attr{.events = o.events});
-  auto listener = rdx::tcp::listener::bind("", port);
   const unsigned total = o.clients + 1;  // and the victim
   std::vector<session> s(total);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (unsigned i = 0; i < total; ++i) {
-    rdx::tcp::socket sock = listener.accept(120s);
-    s[i].conn = std::make_unique<rdx::connection>(w, pd, attr());
-    s[i].ch.emplace(*s[i].conn);
-    (void)rdx::exchange_and_connect(sock, *s[i].conn, {});
-    s[i].recv.emplace(s[i].ch->receive());
+  unsigned accepted = 0;
+  auto start_session = [&](std::unique_ptr<rdx::connection> c) {
+    session& x = s[accepted++];
+    x.conn = std::move(c);
+    x.ch.emplace(*x.conn);
+    x.recv.emplace(x.ch->receive());
+  };
+  // One blocking set-up after another (TCP or rdma_cm), all before serving;
+  // or an acceptor that hands over each client as its set-up completes.
+  std::optional<rdx::tcp::listener> tcp;
+  std::optional<rdx::acceptor> tcp_acc;
+#if RDX_WORKER_PEER_CM
+  std::optional<rdx::cm::listener> cm;
+  std::optional<rdx::cm::acceptor> cm_acc;
+  if (o.cm && o.acceptor) {
+    cm_acc.emplace(w, pd, rdx::cm::listener(port), attr(), rdx::cm::acceptor_options{.timeout = 120s});
+    if (o.events) w.watch(cm_acc->fd());
+  } else if (o.cm) {
+    cm.emplace(port);
   }
-  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("server: %u connections on one worker (%s), set up in %.2f s (%.0f per second), %zu queue pairs, "
-              "%d of %d completion-queue entries reserved\n",
-              total, o.events ? "event mode" : "polling", setup, total / setup, w.queue_pairs(), w.cq_reserved(),
-              w.cq_capacity());
-  std::fflush(stdout);
+#endif
+  if (!o.cm && o.acceptor) {
+    tcp_acc.emplace(w, pd, rdx::tcp::listener::bind("", port), attr(), rdx::acceptor_options{.timeout = 120s});
+    if (o.events) w.watch(tcp_acc->fd());
+  } else if (!o.cm) {
+    tcp.emplace(rdx::tcp::listener::bind("", port));
+  }
+  const char* how = o.cm ? (o.acceptor ? "rdma_cm, cm::acceptor while serving" : "rdma_cm, one after another")
+                         : (o.acceptor ? "TCP, rdx::acceptor while serving" : "TCP, one after another");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto setup_done = [&] {
+    const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("server: %u connections on one worker (%s), set up (%s) in %.2f s (%.0f per second), %zu queue "
+                "pairs, %d of %d completion-queue entries reserved\n",
+                total, o.events ? "event mode" : "polling", how, setup, total / setup, w.queue_pairs(),
+                w.cq_reserved(), w.cq_capacity());
+    std::fflush(stdout);
+  };
+  if (!o.acceptor) {
+    while (accepted < total) {
+      auto c = std::make_unique<rdx::connection>(w, pd, attr());
+#if RDX_WORKER_PEER_CM
+      if (cm) {
+        std::optional<rdx::cm::request> r = cm->next(120s);
+        require(r.has_value(), "server: no rdma_cm request within 120 s");
+        (void)rdx::cm::accept(std::move(*r), *c, {}, rdx::cm::options{.timeout = 120s});
+      }
+#endif
+      if (tcp) {
+        rdx::tcp::socket sock = tcp->accept(120s);
+        (void)rdx::exchange_and_connect(sock, *c, {});
+      }
+      start_session(std::move(c));
+    }
+    setup_done();
+  }
+  // A set-up the acceptor finished: a session, or (a failed one) the end of the run.
+  auto take_setups = [&] {
+    for (;;) {
+      std::optional<rdx::accepted> a;
+#if RDX_WORKER_PEER_CM
+      if (cm_acc) a = cm_acc->poll();
+#endif
+      if (tcp_acc) a = tcp_acc->poll();
+      if (!a) return;
+      require(static_cast<bool>(*a), "server: set-up of " + a->peer + " failed: " + a->message);
+      start_session(std::move(a->conn));
+      if (accepted == total) setup_done();
+    }
+  };
   unsigned finished = 0, victims_failed = 0;
   const auto deadline = std::chrono::steady_clock::now() + 300s;
   while (finished < total) {
@@ -112,7 +176,8 @@ int serve(const options& o) {
     } else {
       w.progress();
     }
-    for (unsigned i = 0; i < total; ++i) {
+    if (accepted < total) take_setups();
+    for (unsigned i = 0; i < accepted; ++i) {
       session& x = s[i];
       if (x.done) continue;
       if (x.reply) {
@@ -176,17 +241,24 @@ int serve(const options& o) {
 struct client {
   std::unique_ptr<rdx::connection> conn;
   std::optional<rdx::channel<record>> ch;
-  client(rdx::worker& w, const rdx::protection_domain& pd, const char* host) {
+  client(rdx::worker& w, const rdx::protection_domain& pd, const char* host, bool cm) {
     conn = std::make_unique<rdx::connection>(w, pd, attr());
     ch.emplace(*conn);
+#if RDX_WORKER_PEER_CM
+    if (cm) {
+      (void)rdx::cm::connect(*conn, host, port, {}, rdx::cm::options{.timeout = 120s, .wait_for_listener = true});
+      return;
+    }
+#endif
+    require(!cm, "worker_peer: built without rdx::cm");
     rdx::tcp::socket sock = rdx::tcp::connect(host, port, 120s);
     (void)rdx::exchange_and_connect(sock, *conn, {});
   }
 };
 
 // Sends every record of every client of this thread, then waits for each reply.
-void run_clients(const char* host, std::uint32_t first, unsigned n, unsigned messages, std::atomic<bool>& ok,
-                 std::string& why) {
+void run_clients(const char* host, bool cm, std::uint32_t first, unsigned n, unsigned messages,
+                 std::atomic<bool>& ok, std::string& why) {
   try {
     rdx::context ctx = rdx::context::open_default();
     rdx::protection_domain pd(ctx);
@@ -194,7 +266,7 @@ void run_clients(const char* host, std::uint32_t first, unsigned n, unsigned mes
     // kernel's RDMA work (acknowledgements late past the retry budget).
     rdx::worker w(pd, rdx::worker_attr{.events = true});
     std::vector<std::unique_ptr<client>> cs;
-    for (unsigned i = 0; i < n; ++i) cs.push_back(std::make_unique<client>(w, pd, host));
+    for (unsigned i = 0; i < n; ++i) cs.push_back(std::make_unique<client>(w, pd, host, cm));
     std::vector<std::optional<rdx::operation>> sends(n);
     std::vector<rdx::receive_operation<record>> replies;
     for (unsigned i = 0; i < n; ++i) replies.push_back(cs[i]->ch->receive());
@@ -237,7 +309,7 @@ int connect_clients(const options& o, const char* host) {
       rdx::context ctx = rdx::context::open_default();
       rdx::protection_domain pd(ctx);
       rdx::worker w(pd);
-      client c(w, pd, host);
+      client c(w, pd, host, o.cm);
       for (std::uint32_t m = 0;; ++m) {
         auto s = c.ch->send(record{victim_id, m, check_of(victim_id, m)});
         if (s.wait(60s)) ::_exit(3);
@@ -262,7 +334,7 @@ int connect_clients(const options& o, const char* host) {
   for (unsigned t = 0; t < o.threads; ++t) {
     const unsigned first = t * per;
     const unsigned n = first >= o.clients ? 0 : std::min(per, o.clients - first);
-    ts.emplace_back(run_clients, host, first, n, o.messages, std::ref(ok), std::ref(why[t]));
+    ts.emplace_back(run_clients, host, o.cm, first, n, o.messages, std::ref(ok), std::ref(why[t]));
   }
   std::this_thread::sleep_for(200ms);
   ::kill(victim, SIGKILL);
@@ -306,12 +378,18 @@ int main(int argc, char** argv) {
       o.messages = num(1, 100000);
     } else if (a == "--events") {
       o.events = true;
+    } else if (a == "--cm") {
+      o.cm = true;
+    } else if (a == "--acceptor") {
+      o.acceptor = true;
     } else if (a == "-h" || a == "--help") {
       std::printf(
-          "usage: worker_peer [--clients N] [--threads T] [--messages M] [--events]\n"
+          "usage: worker_peer [--clients N] [--threads T] [--messages M] [--events] [--cm] [--acceptor]\n"
           "RDX_NODE=0 serves N + 1 clients from one thread on one rdx::worker (polling, or\n"
           "sleeping on its descriptor with --events); RDX_NODE=1 starts N clients from T\n"
-          "threads and one more in a child process that is killed mid-traffic.\n");
+          "threads and one more in a child process that is killed mid-traffic. --cm: set\n"
+          "up through rdma_cm (both nodes); --acceptor (server): set clients up while\n"
+          "serving, with rdx::acceptor or cm::acceptor.\n");
       return 0;
     } else {
       std::fprintf(stderr, "worker_peer: unknown option %s (see --help)\n", a.c_str());

@@ -1,6 +1,8 @@
 // rdx: pre-shared-key authentication of connection set-up (target rdx::auth,
-// which links OpenSSL's libcrypto). See docs/design.md, "Authenticated
-// set-up", for the protocol; rdx/auth/detail/message.hpp for the messages.
+// which links OpenSSL's libcrypto). Both sides send fresh nonces, prove the
+// key by an HMAC-SHA256 over both, and finish with an HMAC over every byte
+// of the exchange, before any queue pair is connected; the steps are in
+// rdx/connect/authenticator.hpp, the messages in rdx/auth/detail/message.hpp.
 #pragma once
 
 #include <rdx/auth/detail/message.hpp>

@@ -4,7 +4,8 @@
 // send_queue.hpp (signaling and send-queue credits per queue pair),
 // message_ring.hpp (receive buffers and flow-control credits), and
 // detail/engine.hpp (posting, completion dispatch, deferral, deadlines,
-// liveness and teardown). docs/design.md explains the rules.
+// liveness and teardown). operation.hpp gives the lifetime rules; the
+// threading rules follow.
 //
 // Threading: one thread at a time uses a connection and the operations
 // started on it (checked in debug builds); a stop_token may be stopped from

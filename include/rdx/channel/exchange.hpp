@@ -1,5 +1,5 @@
 // rdx: connecting a connection over the TCP bootstrap, together with the
-// window grants each side offers (docs/design.md, "Wire protocols").
+// window grants each side offers.
 //
 // Optionally authenticated (exchange_options::auth): both sides prove they
 // hold a pre-shared key first, and check a MAC over every byte that follows

@@ -1,7 +1,6 @@
 // rdx: the receive side of a connection's messages: a registered ring of
 // pre-posted receive buffers, the arrival queues of messages and
-// notifications, and the flow-control credits both ways (docs/design.md,
-// "Wire protocols: credits").
+// notifications, and the flow-control credits both ways.
 //
 // Credits: this side counts the buffers it took and reposted (consumed) and
 // tells the peer, piggybacked in the immediate of its own messages or by an

@@ -2,7 +2,7 @@
 // notification) and the ways to wait for it: test, wait with a timeout or a
 // deadline, and co_await, plain or bounded by a deadline and a stop token.
 //
-// Lifetime rules (docs/design.md, "Lifetimes"):
+// Lifetime rules:
 // - the caller owns an operation; it is movable at any time except while a
 //   coroutine awaits it (a move of a pending one re-points the engine's
 //   records at the new address);

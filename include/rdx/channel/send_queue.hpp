@@ -69,11 +69,27 @@ public:
   [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
   //! Its queue pair number.
   [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
-  //! Sets *flag to true whenever this queue may be left uncovered (a request
-  //! posted unsignaled, or signaled ones taken back by a refused chain), so
-  //! that the owner of several queues calls cover() only after such a post.
-  //! The flag must outlive this queue (nullptr: none).
-  void watch_cover(bool* flag) noexcept { uncovered_ = flag; }
+  //! What tells the owner of several queues that one may be left uncovered
+  //! (a request posted unsignaled, or signaled ones taken back by a refused
+  //! chain), so that it calls cover() only after such a post: `uncovered` is
+  //! set, and when it was clear, first(ctx) is called (a worker lists the
+  //! connection, so that arming visits only those).
+  struct cover_watch {
+    bool uncovered = false;                   //!< some queue may be uncovered
+    void (*first)(void*) noexcept = nullptr;  //!< called when uncovered becomes true (nullptr: none)
+    void* ctx = nullptr;                      //!< first's argument
+    //! Sets uncovered, calling first when it was clear.
+    [[gnu::always_inline]] void raise() noexcept {
+      if (!uncovered) {
+        uncovered = true;
+        if (first != nullptr) [[unlikely]]
+          first(ctx);
+      }
+    }
+  };
+  //! Reports to w whenever this queue may be left uncovered; w must outlive
+  //! this queue (nullptr: none).
+  void watch_cover(cover_watch* w) noexcept { watch_ = w; }
 
   //! Requests posted and not yet retired (never above depth).
   [[nodiscard]] std::uint32_t outstanding() const noexcept {
@@ -253,7 +269,7 @@ private:
   // The records' ring has a power-of-two size (depth rounded up): a mask, not a division.
   [[nodiscard]] std::uint64_t slot(std::uint64_t seq) const noexcept { return seq & mask_; }
 
-  // Inlined into every post: the data path's cost is counted (bench/cost_model.sh).
+  // Inlined into every post: the data path, whose instruction count rdx's cost model measures.
   // W is a send_wr (the builders') or a flat_wr (the engine's, by value).
   // The request is recorded before the provider sees it, and taken back when
   // the provider refuses it: little stays live across the provider's calls.
@@ -292,7 +308,7 @@ private:
         ++since_signal_;
       }
     }
-    if (covered_ != tail_ && uncovered_ != nullptr) *uncovered_ = true;
+    if (covered_ != tail_ && watch_ != nullptr) watch_->raise();
   }
   [[gnu::always_inline]] static void stamp(send_wr& w, std::uint64_t id, bool sig) noexcept {
     w.id(id);
@@ -312,7 +328,7 @@ private:
       ++signaled_;
     } else {
       ++since_signal_;
-      if (uncovered_ != nullptr) *uncovered_ = true;
+      if (watch_ != nullptr) watch_->raise();
     }
   }
 
@@ -329,7 +345,7 @@ private:
 
   queue_pair* qp_;
   std::uint32_t qp_num_;
-  bool* uncovered_ = nullptr;  // watch_cover()
+  cover_watch* watch_ = nullptr;  // watch_cover()
   std::unique_ptr<sq_record[]> ring_;
   std::unique_ptr<send_wr[]> chain_;  // held requests, built in place, posted at release()
   std::uint64_t cap_;

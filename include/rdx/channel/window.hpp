@@ -6,7 +6,8 @@
 // takes it back. The peer reaches it through a remote_window whose type
 // carries the rights it may use, so a write through a read-only window does
 // not compile. Local and remote memory are distinct types. Every range is
-// checked before anything is posted. docs/design.md, "Trust".
+// checked before anything is posted. A grant refuses a region with remote
+// rights of its own, so the peer reaches memory only through grants.
 #pragma once
 
 #include <rdx/channel/connection.hpp>

@@ -1,5 +1,5 @@
 // rdx::cm: connections set up through librdmacm (target rdx::cm). The core
-// umbrella rdx/rdx.hpp never includes this. docs/design.md, "rdma_cm".
+// umbrella rdx/rdx.hpp never includes this.
 #pragma once
 
 #include <rdx/cm/acceptor.hpp>

@@ -5,7 +5,7 @@
 // server's queue pairs reach RTS and its windows are bound before it
 // replies, the client's before it establishes, so ESTABLISHED is the
 // barrier. The ids stay with the connection: the peer's DISCONNECTED fails
-// its pending operations at once. docs/design.md, "rdma_cm".
+// its pending operations at once.
 #pragma once
 
 #include <rdx/channel/connection.hpp>

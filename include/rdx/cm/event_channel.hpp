@@ -1,7 +1,7 @@
 // rdx::cm: the rdma_cm event channel (owning, non-blocking) and its events,
 // copied and acknowledged as soon as they are read, so that no id is ever
 // kept from being destroyed by an event still held (rdma_destroy_id waits
-// for those). docs/design.md, "rdma_cm".
+// for those). Every wait for an event has the caller's deadline.
 #pragma once
 
 #include <rdx/error.hpp>

@@ -1,5 +1,5 @@
 // rdx::cm: an owning rdma_cm_id, and the resolution of host:port to an
-// address and a route, each bounded by a deadline. docs/design.md, "rdma_cm".
+// address and a route, each bounded by a deadline.
 #pragma once
 
 #include <rdx/cm/event_channel.hpp>

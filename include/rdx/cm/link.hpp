@@ -2,7 +2,7 @@
 // channel), queue-pair transitions from rdma_init_qp_attr, and the active side of a
 // connection: resolve, request, response, establish. Queue pairs are the
 // caller's (rdma_cm ids without a queue pair), so rdx's own queue pairs,
-// completion queues and memory serve both bootstraps. docs/design.md, "rdma_cm".
+// completion queues and memory serve both bootstraps.
 #pragma once
 
 #include <rdx/channel/detail/peer_link.hpp>

@@ -3,7 +3,6 @@
 // out as one request, a foreign peer's single request as it arrived. Every
 // request leaves with its own event channel, so a request, and the link made
 // from it, outlive the listener and never share events with other peers.
-// docs/design.md, "rdma_cm".
 #pragma once
 
 #include <rdx/cm/event_channel.hpp>

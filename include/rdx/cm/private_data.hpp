@@ -1,6 +1,6 @@
 // rdx::cm: what an rdx connection says in rdma_cm's private data (the
 // connect request, the reply and the reject), versioned and checked like
-// the TCP wire format (docs/design.md, "Wire protocols").
+// the TCP wire format (rdx/connect/wire.hpp).
 //
 // The transport bounds each message (IB CM, also for RoCE, with the rdma_cm
 // header taken out): a request carries 56 bytes, a reply 196, a reject 148,

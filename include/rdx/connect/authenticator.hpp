@@ -1,7 +1,6 @@
 // rdx: the interface through which connection set-up authenticates the peer
-// over the TCP bootstrap (docs/design.md, "Authenticated set-up"). It needs no
-// cryptography itself; rdx::auth (rdx/auth/psk.hpp) implements it with a
-// pre-shared key.
+// over the TCP bootstrap. It needs no cryptography itself; rdx::auth
+// (rdx/auth/psk.hpp) implements it with a pre-shared key.
 #pragma once
 
 #include <chrono>

@@ -30,8 +30,9 @@ public:
       std::thread::id expected{};
       if (!c_.owner_.compare_exchange_strong(expected, me, std::memory_order_acquire) && expected != me) {
         std::fprintf(stderr,
-                     "rdx: a connection was used from two threads at once (%s); a connection and its "
-                     "operations belong to one thread at a time (docs/design.md, Threading)\n",
+                     "rdx: a connection was used from two threads at once (%s); a connection and the "
+                     "operations started on it, or a worker and every connection on it, are used by one "
+                     "thread at a time\n",
                      what);
         std::abort();
       }

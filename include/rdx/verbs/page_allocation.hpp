@@ -306,8 +306,8 @@ private:
 //! registered_buffer's interface, with the pages chosen by a page_policy.
 //! One region, registered by one thread: splitting a range into regions
 //! registered in parallel threads did not help on Soft-RoCE with 1 vCPU (512 MiB
-//! of 4 KiB pages: 28-39 ms serial, 32-40 ms in 2 threads; tests/rdma/hugepage.cpp
-//! [timing]), and it costs an lkey per part, so rdx has no register_parallel.
+//! of 4 KiB pages: 28-39 ms serial, 32-40 ms in 2 threads, in rdx's tests), and
+//! it costs an lkey per part, so rdx has no register_parallel.
 //!
 //! As registered_buffer, it also has size_bytes(), span(), operator[], begin(),
 //! end(), lkey(), rkey(), sge() and remote() (from an internal base).

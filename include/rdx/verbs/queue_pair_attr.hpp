@@ -80,7 +80,7 @@ enum class post_api : int {
 //! Q_Key rdx uses for UD queue pairs unless told otherwise.
 inline constexpr std::uint32_t default_qkey = 0x11111111;
 
-//! How to create a queue pair; every field has a default (docs/design.md, "Defaults").
+//! How to create a queue pair; every field has a default.
 struct queue_pair_attr {
   qp_type type = qp_type::rc;       //!< RC (default), UC or UD
   std::uint32_t max_send_wr = 256;  //!< send-queue depth, at least 1, at most the device's max_qp_wr
@@ -93,7 +93,7 @@ struct queue_pair_attr {
   std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
   //! What the peer may do through this QP (RC/UC): nothing unless asked for
   //! (remote_write, remote_read, remote_atomic); memory regions and windows
-  //! still gate each range. docs/design.md, "Trust".
+  //! still gate each range.
   access remote_access = access::none;
   std::uint16_t pkey_index = 0;       //!< P_Key table index, set at INIT
   std::uint32_t qkey = default_qkey;  //!< UD only
@@ -103,11 +103,11 @@ struct queue_pair_attr {
   //! How sends are posted (queue_pair::extended_post() says which one it got).
   //! The extended API builds each request in the provider's queue, with no
   //! ibv_send_wr between; requests it does not carry (memory-window binds,
-  //! UD sends) still go by ibv_post_send. docs/design.md, "Data path".
+  //! UD sends) still go by ibv_post_send.
   post_api post = post_api::automatic;
 };
 
-//! Connection settings (RTR and RTS); defaults in docs/design.md, 0 = from the device.
+//! Connection settings (RTR and RTS); each field shows its default, 0 = from the device.
 struct connect_options {
   std::uint8_t timeout = 14;   //!< 4.096 us * 2^timeout; 0 (infinite) is refused
   std::uint8_t retry_cnt = 6;  //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6

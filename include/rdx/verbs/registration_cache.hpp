@@ -1,12 +1,12 @@
 // rdx: a bounded, thread-safe cache of memory registrations over memory rdx does not own.
 //
-// Staleness (docs/design.md, "Ownership", "Registration cache"): a registration pins the
-// physical pages that backed its range when it was made. Memory unmapped and mapped again at the
-// same address (free() of a large malloc block, munmap + mmap, a heap trimmed by the allocator)
-// has new pages, and a cached registration would still send from, and receive into, the old
-// ones: no error, old bytes on the wire (measured on Soft-RoCE). Linux gives an unprivileged
-// process no cheap way to see that on a hit (pagemap hides frame numbers, anonymous mappings
-// have no identity in /proc, mincore reports residency only), so the cache relies on one rule:
+// Staleness: a registration pins the physical pages that backed its range when it was made.
+// Memory unmapped and mapped again at the same address (free() of a large malloc block, munmap +
+// mmap, a heap trimmed by the allocator) has new pages, and a cached registration would still
+// send from, and receive into, the old ones: no error, old bytes on the wire (measured on
+// Soft-RoCE). Linux gives an unprivileged process no cheap way to see that on a hit (pagemap
+// hides frame numbers, anonymous mappings have no identity in /proc, mincore reports residency
+// only), so the cache relies on one rule:
 //
 //   before memory given to get() is freed or unmapped, call invalidate(addr, len) over it,
 //   or allocate it with allocate() and free it with deallocate(), which does that.

@@ -4,7 +4,9 @@
 // (withdraw, detach, move, teardown), events.hpp (event mode),
 // posting.hpp (start functions, deferral) and device_events.hpp (the
 // device's asynchronous events). connection (channel/connection.hpp) is
-// their public face. docs/design.md, "Lifetimes" and "Dead peers".
+// their public face. Every operation ends exactly once; a dead peer is found
+// by the transport's retries, the liveness probe or the stall watchdog, and
+// fails the connection.
 #pragma once
 
 #include <rdx/channel/connection_attr.hpp>
@@ -210,7 +212,7 @@ protected:
   int wake_fd_ = -1;
   bool connected_ = false;
   bool failed_ = false;
-  bool uncovered_ = false;  // a send queue may be uncovered (cover_all has work)
+  send_queue::cover_watch uncovered_{};  // a send queue may be uncovered (cover_all has work)
   bool closing_ = false;
   std::error_code failure_{};
   // The failure in detail: what arrived, who disconnected, what stalled (no allocation).
@@ -263,7 +265,7 @@ protected:
   [[gnu::always_inline]] inline int poll_inline() noexcept;
   // Inlined into both polls, the engine's own (site 0) and a worker's (site
   // 1): one instantiation each, so that each inlines its own retirement
-  // (the data path: bench/cost_model.sh).
+  // (the data path, whose instruction count rdx's cost model measures).
   template <int site>
   [[gnu::always_inline]] inline void dispatch(const completion& c) noexcept;
   [[gnu::always_inline]] inline void retire(const sq_record& r, std::error_code ec) noexcept;
@@ -429,7 +431,8 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                          .port = attr_.port,
                          .gid_index = attr_.gid_index,
                          // Zero-length writes (cover, probe) need remote write on every queue
-                         // pair; grants add read and atomic (docs/design.md, "Trust").
+                         // pair (it reaches no memory: only a grant does); grants add read and
+                         // atomic as they need them.
                          .remote_access = access::remote_write,
                          .post = attr_.post};
       qps_.emplace_back(pd, cq_, cq_, qa);
@@ -525,7 +528,8 @@ int engine::poll_once() noexcept {
   return poll_inline();
 }
 
-// poll_once(), inlined into progress(): the data path's poll (bench/cost_model.sh).
+// poll_once(), inlined into progress(): the data path's poll, whose instruction count rdx's cost
+// model measures.
 inline int engine::poll_inline() noexcept {
   if (cq_head_ == cq_count_) {
     const int n = cq_.poll(std::span<completion>(cq_buf_));
@@ -605,11 +609,13 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
 // Only after a post that may have left a queue uncovered (send_queue::watch_cover).
 inline void engine::cover_all() noexcept {
   flush_held();
-  if (failed_ || !uncovered_) return;
-  uncovered_ = false;
+  if (failed_ || !uncovered_.uncovered) return;
+  uncovered_.uncovered = false;
+  bool again = false;
   for (auto& q : sqs_) {
-    if (!q.cover()) uncovered_ = true;  // tried again at the next cover_all
+    if (!q.cover()) again = true;
   }
+  if (again) uncovered_.raise();  // tried again at the next cover_all (a worker lists it again)
 }
 
 // Holds every send queue while f runs: the requests f's operations post go

@@ -5,7 +5,7 @@
 // queue pair; where the device has no type 2 windows, a registration of
 // exactly the range with the granted rights. The connection lists its grants, binds
 // them once its queue pairs are in RTS, and revokes them before it destroys
-// its queue pairs (detail/grants.hpp). docs/design.md, "Trust".
+// its queue pairs (detail/grants.hpp).
 #pragma once
 
 #include <rdx/verbs/context.hpp>
@@ -20,7 +20,7 @@
 
 namespace rdx {
 
-//! What backs a grant (docs/design.md, "Trust").
+//! What backs a grant; either way the NIC enforces exactly the granted range.
 enum class grant_backing {
   //! memory_window where the device offers type 2 windows, else exact_registration.
   automatic,

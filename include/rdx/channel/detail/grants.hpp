@@ -1,5 +1,5 @@
-// rdx::detail: a connection's grants (docs/design.md, "Trust"): backing each
-// one with its memory windows or exact registration, widening the queue
+// rdx::detail: a connection's grants (the peer's only way into memory): backing
+// each one with its memory windows or exact registration, widening the queue
 // pairs' remote rights to what the grants need, binding the windows once the
 // queue pairs are in RTS, revoking, and the peer's per-queue-pair keys.
 // Included by detail/engine.hpp.

@@ -2,8 +2,7 @@
 // now, moved), bounded awaits, drain, and the connection's teardown: queue
 // pairs to error, drained (bounded), every operation ended once with
 // operation_aborted, no coroutine resumed, queue pairs destroyed before the
-// memory they used. docs/design.md, "Lifetimes" and "Teardown". Included by
-// detail/engine.hpp.
+// memory they used. Included by detail/engine.hpp.
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>

@@ -1,7 +1,8 @@
 // rdx::detail: what a connection manager leaves with a connection it
 // connected (rdma_cm's ids and their event channel, cm/link.hpp), so the
-// engine hears a peer's disconnect beside its completions (docs/design.md,
-// "Dead peers"). Set-up and housekeeping only: never called per operation.
+// engine hears a peer's disconnect beside its completions: it takes what the
+// peer sent before, then fails the connection with errc::peer_disconnected.
+// Set-up and housekeeping only: never called per operation.
 #pragma once
 
 #include <system_error>

@@ -47,7 +47,15 @@ namespace detail {
 class engine;
 
 // The lists a worker keeps its connections on (engine::wk_next_ and wk_prev_).
-enum worker_list : std::uint8_t { wl_all = 0, wl_ready = 1, wl_pumping = 2, wl_bounded = 3, wl_count = 4 };
+// wl_uncovered: a send queue may be uncovered since the last arm() (engine::uncovered_).
+enum worker_list : std::uint8_t {
+  wl_all = 0,
+  wl_ready = 1,
+  wl_pumping = 2,
+  wl_bounded = 3,
+  wl_uncovered = 4,
+  wl_count = 5
+};
 
 // A coroutine resumption the worker is running: a connection destroyed by a
 // coroutine it resumed clears its own entry, so the loop does not touch it again.
@@ -130,6 +138,8 @@ private:
   inline void link(engine& e, worker_list l) noexcept;
   inline void unlink(engine& e, worker_list l) noexcept;
   inline engine* pop(worker_list l) noexcept;
+  // send_queue::cover_watch::first of a connection on this worker: lists it for arm().
+  static inline void uncovered(void* e) noexcept;
   [[gnu::always_inline]] inline void settle() noexcept;
   [[gnu::noinline]] inline void settle_all() noexcept;
   inline void sweep(std::chrono::steady_clock::time_point now) noexcept;

@@ -107,6 +107,9 @@ inline void worker_core::join(engine& e, int entries) {
   e.joined_ = true;
   ++attached_;
   link(e, wl_all);
+  e.uncovered_.first = &worker_core::uncovered;
+  e.uncovered_.ctx = &e;
+  if (e.uncovered_.uncovered) link(e, wl_uncovered);
   // The shortest keepalive or stall bound sets how often the clocks are swept.
   if (e.attr_.keepalive.count() > 0) tick_ = std::min(tick_, std::max(e.attr_.keepalive / 4, std::chrono::milliseconds(1)));
   if (e.attr_.stall_timeout.count() > 0) {
@@ -126,6 +129,7 @@ inline void worker_core::add_queue_pair(std::uint32_t qp_num, engine& e) {
 inline void worker_core::leave(engine& e) noexcept {
   if (!e.joined_) return;
   e.joined_ = false;
+  e.uncovered_.first = nullptr;
   for (const auto& q : e.qps_) {
     const std::uint32_t key = q.qp_num();
     for (std::size_t i = home(key);; i = (i + 1) & mask_) {
@@ -196,6 +200,10 @@ inline void worker_core::bounded_changed(engine& e, bool on) noexcept {
 }
 
 void worker_core::mark_ready(engine& e) noexcept { link(e, wl_ready); }
+inline void worker_core::uncovered(void* e) noexcept {
+  auto& c = *static_cast<engine*>(e);
+  c.worker_->link(c, wl_uncovered);
+}
 void worker_core::mark_pumping(engine& e) noexcept { link(e, wl_pumping); }
 
 // --- progress -------------------------------------------------------------------------
@@ -220,7 +228,13 @@ inline int worker_core::poll() noexcept {
     engine* e = find(c.qp_num());
     if (e == nullptr) [[unlikely]]
       continue;  // a connection that left; its queue pairs are gone
-    if (!e->wk_touched_) {
+    // A send's success needs nothing at the end of the poll but its idle and
+    // stall clocks restarted: done here, without the list. A receive (whose
+    // buffer is reposted at the end) or a failure goes on the list.
+    if ((c.wr_id() & send_queue::wr_id_tag) != 0 && c.ok()) {
+      e->idle_since_ = {};
+      e->stall_since_ = {};
+    } else if (!e->wk_touched_) {
       if (ntouched_ == touched_.size()) [[unlikely]]
         settle_all();  // early: more doorbells, the same reposts
       e->wk_touched_ = true;
@@ -333,7 +347,15 @@ inline void worker_core::resume() noexcept {
 
 inline std::error_code worker_core::arm() noexcept {
   if (!channel_) return make_error_code(errc::not_ready);
-  for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->cover_all();
+  // Only the connections that posted unsignaled since the last arm: a
+  // connection whose cover is refused lists itself again, at the head, which
+  // this loop has passed.
+  for (engine* e = head_[wl_uncovered]; e != nullptr;) {
+    engine* next = e->wk_next_[wl_uncovered];
+    unlink(*e, wl_uncovered);
+    e->cover_all();
+    e = next;
+  }
   if (std::error_code ec = cq_.arm()) return ec;
   // Completions that came before arming raise no event: look once more.
   if (buf_head_ != buf_count_ || progress() > 0 || head_[wl_ready] != nullptr) {
