@@ -142,7 +142,9 @@ options parse(int argc, char** argv) {
 #if RDX_COST_UCX
       o.ucx = true;
 #else
-      std::fprintf(stderr, "rdx_cost_model: --ucx: built without UCX (apt-get install libucx-dev, then reconfigure)\n");
+      std::fprintf(
+          stderr,
+          "rdx_cost_model: --ucx: built without UCX (apt-get install libucx-dev, then reconfigure)\n");
       std::exit(2);
 #endif
     } else if (a == "--only") {
@@ -207,8 +209,10 @@ struct fixture {
         xb(pd, rdx::post_api::extended),
         wa(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
         wb(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
-        pca(wa ? std::make_unique<rdx::connection>(*wa, pd, attr()) : std::make_unique<rdx::connection>(pd, attr())),
-        pcb(wb ? std::make_unique<rdx::connection>(*wb, pd, attr()) : std::make_unique<rdx::connection>(pd, attr())),
+        pca(wa ? std::make_unique<rdx::connection>(*wa, pd, attr())
+               : std::make_unique<rdx::connection>(pd, attr())),
+        pcb(wb ? std::make_unique<rdx::connection>(*wb, pd, attr())
+               : std::make_unique<rdx::connection>(pd, attr())),
         ca(*pca),
         cb(*pcb),
         win(rdx::make_window_buffer<std::byte, win_rights>(pd, region)),

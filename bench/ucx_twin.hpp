@@ -10,13 +10,13 @@
 // wire-up fails on the IPv4-mapped GID); cost_model.sh sets it.
 #pragma once
 
-#include <ucp/api/ucp.h>
-
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <ucp/api/ucp.h>
 
 namespace ucx_twin {
 
@@ -69,7 +69,8 @@ struct pair {
     ucp_rkey_buffer_release(packed);
     check(u, "ucp_ep_rkey_unpack");
     ucp_am_handler_param_t hp{};
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
     hp.id = 1;
     hp.cb = &pair::on_message;
     hp.arg = this;
@@ -135,7 +136,8 @@ struct pair {
   // A 64-byte put and its flush: the request that ends when the put is complete.
   ucs_status_ptr_t put() {
     ucp_request_param_t rp{};
-    ucs_status_ptr_t p = ucp_put_nbx(ea, source.data(), 64, reinterpret_cast<std::uint64_t>(target.data()), rkey, &rp);
+    ucs_status_ptr_t p =
+        ucp_put_nbx(ea, source.data(), 64, reinterpret_cast<std::uint64_t>(target.data()), rkey, &rp);
     if (UCS_PTR_IS_ERR(p)) fail("ucp_put_nbx", UCS_PTR_STATUS(p));
     if (UCS_PTR_IS_PTR(p)) ucp_request_free(p);  // the flush covers it
     ucs_status_ptr_t f = ucp_ep_flush_nbx(ea, &rp);

@@ -275,13 +275,15 @@ int main(int argc, char** argv) {
     if (gpus_only || list.empty()) {
       // A GPU machine without an RDMA device still gets its probe.
       std::optional<rdx::context> ctx;
-      if (!list.empty()) ctx.emplace(device.empty() ? rdx::context::open_default() : rdx::context::open(device));
+      if (!list.empty())
+        ctx.emplace(device.empty() ? rdx::context::open_default() : rdx::context::open(device));
       const bool any = print_gpus(ctx ? ctx->native_handle() : nullptr);
       if (gpus_only) return any ? 0 : 1;
     }
 #else
     if (gpus_only) {
-      std::fprintf(stderr, "%s: built without rdx::cuda: no GPU probe (configure with the CUDA Toolkit)\n", argv[0]);
+      std::fprintf(stderr, "%s: built without rdx::cuda: no GPU probe (configure with the CUDA Toolkit)\n",
+                   argv[0]);
       return 1;
     }
 #endif

@@ -1058,7 +1058,7 @@ struct worker_session {
   std::optional<rdx::remote_window<std::uint64_t, rdx::rights::write>> peer_win{};
   std::optional<rdx::channel<std::byte>> ch{};
   std::vector<std::byte> echo{};
-  std::optional<rdx::operation> op{};  // the receive, echo or write in flight
+  std::optional<rdx::operation> op{};             // the receive, echo or write in flight
   std::optional<rdx::operation> settings_send{};  // rdma_cm: pingpong's settings as a message
   std::array<std::byte, settings_size> settings_in{};
   enum class step { settings, payload, echo, barrier, done } at = step::payload;
@@ -1111,8 +1111,9 @@ void advance_session(worker_session& s, const options& o) {
       case worker_session::step::echo:
         if (!s.op->done()) return;
         if (const std::error_code ec = s.op->error())
-          throw failure("round trip " + std::to_string(s.k) + ": " + (window ? "window write" : "channel send") +
-                        " failed: " + ec.message() + " (" + s.conn->failure_message() + ")");
+          throw failure("round trip " + std::to_string(s.k) + ": " +
+                        (window ? "window write" : "channel send") + " failed: " + ec.message() + " (" +
+                        s.conn->failure_message() + ")");
         s.op.reset();
         s.at = ++s.k == o.iters ? worker_session::step::barrier : worker_session::step::payload;
         s.step_deadline = steady::now() + o.timeout;
@@ -1134,8 +1135,7 @@ void advance_session(worker_session& s, const options& o) {
         s.at = worker_session::step::done;
         return;
       }
-      case worker_session::step::done:
-        return;
+      case worker_session::step::done: return;
     }
   }
 }
@@ -1164,18 +1164,18 @@ int serve_typed_clients(const options& o) {
   std::map<rdx::connection*, std::unique_ptr<worker_session>> sessions;
   std::uint32_t arrived = 0;
   const rdx::acceptor::prepare_fn prepare = [&](rdx::connection& c, const std::string& peer) {
-                      auto s = std::make_unique<worker_session>(worker_session{
-                          "[client " + std::to_string(++arrived) + " " + peer + "]", words,
-                          rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words)});
-                      s->started = steady::now();
-                      std::vector<rdx::window_descriptor> grants;
-                      if (window) {
-                        s->g.emplace(c, s->mine);
-                        grants.push_back(s->g->descriptor());
-                      }
-                      std::printf("%s arrived, %zu in set-up\n", s->tag.c_str(), sessions.size() + 1);
-                      sessions[&c] = std::move(s);
-                      return grants;
+    auto s = std::make_unique<worker_session>(
+        worker_session{"[client " + std::to_string(++arrived) + " " + peer + "]", words,
+                       rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words)});
+    s->started = steady::now();
+    std::vector<rdx::window_descriptor> grants;
+    if (window) {
+      s->g.emplace(c, s->mine);
+      grants.push_back(s->g->descriptor());
+    }
+    std::printf("%s arrived, %zu in set-up\n", s->tag.c_str(), sessions.size() + 1);
+    sessions[&c] = std::move(s);
+    return grants;
   };
   std::optional<rdx::acceptor> tcp_acc;
 #if RDX_EXAMPLES_CM
@@ -1207,10 +1207,11 @@ int serve_typed_clients(const options& o) {
 #endif
   if (o.events) w.watch(acc_fd);
   const int room = w.cq_capacity() / static_cast<int>(attr.send_depth + attr.recv_depth + 1);
-  std::printf("rdx pingpong server (%s): %s, %u clients on one worker, one thread (%s); its queue of %d "
-              "entries has room for %d\n",
-              mode_name(o.m), ctx.name().c_str(), o.clients, o.events ? "sleeping on its descriptor" : "polling",
-              w.cq_capacity(), room);
+  std::printf(
+      "rdx pingpong server (%s): %s, %u clients on one worker, one thread (%s); its queue of %d "
+      "entries has room for %d\n",
+      mode_name(o.m), ctx.name().c_str(), o.clients, o.events ? "sleeping on its descriptor" : "polling",
+      w.cq_capacity(), room);
   std::printf("  waiting for %u clients on %s port %u\n", o.clients, o.cm ? "rdma_cm" : "TCP", acc_port);
   std::fflush(stdout);
   std::uint32_t served = 0, setup_failed = 0, failed = 0, running = 0;

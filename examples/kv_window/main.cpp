@@ -164,9 +164,9 @@ rdx::connection_attr attr_of(const options& o) {
 
 struct session {
   std::string tag;
-  std::uint64_t first = 0;                   // the slice's first record in the table
-  std::unique_ptr<rdx::connection> conn{};   // handed over by the acceptor once set up
-  rdx::tcp::socket sock{};                   // TCP: for the last barrier and to see the client leave
+  std::uint64_t first = 0;                  // the slice's first record in the table
+  std::unique_ptr<rdx::connection> conn{};  // handed over by the acceptor once set up
+  rdx::tcp::socket sock{};                  // TCP: for the last barrier and to see the client leave
   std::optional<rdx::channel<std::uint64_t>> ctl{};
   std::optional<rdx::grant<std::uint64_t, table_rights>> words{};
   std::optional<rdx::grant<record, table_rights>> as_records{};
@@ -196,7 +196,8 @@ bool advance(session& s, const options& o, record* table) {
     const std::uint64_t stride = o.all ? 1 : stride_for(o.records);
     for (std::uint64_t i = 0; i < o.records; ++i) {
       const std::string p = final_problem(table[s.first + i], i, stride);
-      if (!p.empty() && s.bad++ < 5) std::fprintf(stderr, "  record %" PRIu64 ": %s\n", s.first + i, p.c_str());
+      if (!p.empty() && s.bad++ < 5)
+        std::fprintf(stderr, "  record %" PRIu64 ": %s\n", s.first + i, p.c_str());
     }
     s.verdict.emplace(s.ctl->send(s.bad));
     s.deadline = now + o.timeout;
@@ -262,8 +263,8 @@ int serve(const options& o) {
 #if RDX_EXAMPLES_CM
   std::optional<rdx::cm::acceptor> cm_acc;
   if (o.cm) {
-    cm_acc.emplace(w, pd, rdx::cm::listener(o.port), attr_of(o), rdx::cm::acceptor_options{.timeout = o.timeout},
-                   prepare);
+    cm_acc.emplace(w, pd, rdx::cm::listener(o.port), attr_of(o),
+                   rdx::cm::acceptor_options{.timeout = o.timeout}, prepare);
     w.watch(cm_acc->fd());
     std::printf("  waiting for %u client(s) on rdma_cm port %u\n", o.clients, cm_acc->port());
   }
@@ -285,8 +286,8 @@ int serve(const options& o) {
     session& s = *it->second;
     if (why.empty()) {
       ++passed;
-      std::printf("%s all %u records of its slice in their final state (version %" PRIu64 ")\n", s.tag.c_str(),
-                  o.records, final_version);
+      std::printf("%s all %u records of its slice in their final state (version %" PRIu64 ")\n",
+                  s.tag.c_str(), o.records, final_version);
     } else {
       ++failed;
       std::fprintf(stderr, "%s FAILED: %s\n", s.tag.c_str(), why.c_str());

@@ -1,7 +1,15 @@
 // rdx: the core umbrella header. Needs only libibverbs: no CUDA, no rdma_cm.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
+#include <rdx/channel/acceptor.hpp>
+#include <rdx/channel/channel.hpp>
+#include <rdx/channel/connection.hpp>
+#include <rdx/channel/exchange.hpp>
+#include <rdx/channel/message_ring.hpp>
+#include <rdx/channel/operation.hpp>
+#include <rdx/channel/send_queue.hpp>
+#include <rdx/channel/window.hpp>
+#include <rdx/channel/worker.hpp>
 #include <rdx/connect/rc_pingpong_exchange.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/connect/wire.hpp>
@@ -12,6 +20,7 @@
 #include <rdx/verbs/context.hpp>
 #include <rdx/verbs/device_list.hpp>
 #include <rdx/verbs/dma_buf.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/memory_window.hpp>
@@ -24,13 +33,3 @@
 #include <rdx/verbs/registration_cache.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>
-
-#include <rdx/channel/acceptor.hpp>
-#include <rdx/channel/channel.hpp>
-#include <rdx/channel/connection.hpp>
-#include <rdx/channel/exchange.hpp>
-#include <rdx/channel/message_ring.hpp>
-#include <rdx/channel/operation.hpp>
-#include <rdx/channel/send_queue.hpp>
-#include <rdx/channel/window.hpp>
-#include <rdx/channel/worker.hpp>

@@ -4,13 +4,10 @@
 // and a message exchange checked byte by byte, while a silent client and one
 // that sends foreign bytes fail only their own set-ups; a client refused by
 // a full completion queue is reported with its numbers.
-#include <catch2/catch.hpp>
-
 #include <rdx/channel/acceptor.hpp>
 #include <rdx/channel/worker.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -25,6 +22,8 @@
 
 #include "acceptor_support.hpp"
 #include "channel_support.hpp"
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 using namespace std::chrono_literals;
 
@@ -135,7 +134,8 @@ TEST_CASE("an acceptor reports a client its worker cannot take, and goes on", "[
   rdx::protection_domain pd(ctx);
   one_client_worker room(pd);
   rdx::worker& w = room.w;
-  rdx::acceptor acc(w, pd, rdx::tcp::listener::bind("", 0), small_attr(), rdx::acceptor_options{.timeout = 10s});
+  rdx::acceptor acc(w, pd, rdx::tcp::listener::bind("", 0), small_attr(),
+                    rdx::acceptor_options{.timeout = 10s});
   std::vector<std::string> client_errors(2);
   auto set_up_only = [&pd, port = acc.port()](std::string& why) {
     try {

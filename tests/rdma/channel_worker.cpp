@@ -7,9 +7,6 @@
 // RDX_TEST_PEERS sets the pair count of the many-peers case (default 32).
 #include <catch2/catch.hpp>
 
-#include <poll.h>
-#include <sys/epoll.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,6 +21,8 @@
 #include <vector>
 
 #include "channel_support.hpp"
+#include <poll.h>
+#include <sys/epoll.h>
 
 using namespace std::chrono_literals;
 using channel_test::code_of;
@@ -96,8 +95,8 @@ struct fabric {
 
 // Sends n messages on every pair and receives them, driving both workers
 // from this thread only; every message's pair, order and check are verified.
-void exchange(rdx::worker& wc, rdx::worker& ws, std::vector<std::unique_ptr<link_pair>>& pairs, std::uint32_t n,
-              std::uint32_t first_seq = 0) {
+void exchange(rdx::worker& wc, rdx::worker& ws, std::vector<std::unique_ptr<link_pair>>& pairs,
+              std::uint32_t n, std::uint32_t first_seq = 0) {
   struct flow {
     std::optional<rdx::operation> send;
     std::optional<rdx::receive_operation<record>> recv;
@@ -139,7 +138,8 @@ void exchange(rdx::worker& wc, rdx::worker& ws, std::vector<std::unique_ptr<link
 
 }  // namespace
 
-TEST_CASE("many connections on one worker each carry checked messages, from one thread", "[worker][many_peers]") {
+TEST_CASE("many connections on one worker each carry checked messages, from one thread",
+          "[worker][many_peers]") {
   fabric fb;
   const std::size_t peers = env_count("RDX_TEST_PEERS", 32);
   rdx::worker wc(fb.pd), ws(fb.pd);
@@ -152,14 +152,17 @@ TEST_CASE("many connections on one worker each carry checked messages, from one 
   if (before.cq >= 0 && after.cq >= 0) {
     // Per connection: one queue pair, no completion queue of its own.
     const auto n = static_cast<long>(2 * peers);
-    std::printf("worker: %ld connections: %ld queue pairs, %ld completion queues, %ld memory regions more on the "
-                "device (%.1f regions per connection)\n",
-                n, after.qp - before.qp, after.cq - before.cq, after.mr - before.mr,
-                static_cast<double>(after.mr - before.mr) / static_cast<double>(n));
+    std::printf(
+        "worker: %ld connections: %ld queue pairs, %ld completion queues, %ld memory regions more on the "
+        "device (%.1f regions per connection)\n",
+        n, after.qp - before.qp, after.cq - before.cq, after.mr - before.mr,
+        static_cast<double>(after.mr - before.mr) / static_cast<double>(n));
     CHECK(after.cq == before.cq);
     CHECK(after.qp - before.qp == n);
   } else {
-    std::printf("worker: rdma resource show gave no counts here: queue pairs and regions per connection not checked\n");
+    std::printf(
+        "worker: rdma resource show gave no counts here: queue pairs and regions per connection not "
+        "checked\n");
   }
   CHECK(ws.connections() == peers);
   CHECK(ws.queue_pairs() == peers);
@@ -170,9 +173,10 @@ TEST_CASE("many connections on one worker each carry checked messages, from one 
   const auto t1 = std::chrono::steady_clock::now();
   exchange(wc, ws, pairs, 20);
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  std::printf("worker: %zu connection pairs on two workers, set up in %.2f s (%.0f per second), "
-              "%zu checked messages in %.2f s\n",
-              peers, setup_s, static_cast<double>(peers) / setup_s, peers * 20, run_s);
+  std::printf(
+      "worker: %zu connection pairs on two workers, set up in %.2f s (%.0f per second), "
+      "%zu checked messages in %.2f s\n",
+      peers, setup_s, static_cast<double>(peers) / setup_s, peers * 20, run_s);
   for (auto& p : pairs) {
     CHECK_FALSE(p->client.failed());
     CHECK_FALSE(p->server.failed());
@@ -290,20 +294,24 @@ TEST_CASE("a worker refuses what does not fit or does not match, before anything
   CHECK(small.cq_reserved() == 0);
   // A connection that fits still works after the refusal.
   {
-    rdx::connection c(small, fb.pd, rdx::connection_attr{.send_depth = 8, .signal_interval = 4, .recv_depth = 4});
+    rdx::connection c(small, fb.pd,
+                      rdx::connection_attr{.send_depth = 8, .signal_interval = 4, .recv_depth = 4});
     CHECK(small.connections() == 1);
   }
   CHECK(small.connections() == 0);
   // Event mode asked of a worker without it.
-  CHECK(code_of([&] { rdx::connection c(small, fb.pd, rdx::connection_attr{.recv_depth = 4, .events = true}); },
-                &what) == rdx::errc::invalid_argument);
+  CHECK(
+      code_of([&] { rdx::connection c(small, fb.pd, rdx::connection_attr{.recv_depth = 4, .events = true}); },
+              &what) == rdx::errc::invalid_argument);
   CHECK(what.find("worker_attr::events") != std::string::npos);
   // A protection domain of another open context: the queue pairs could not use the worker's queue.
   rdx::context other = rdx::context::open_default();
   rdx::protection_domain other_pd(other);
-  CHECK(code_of([&] { rdx::connection c(small, other_pd, small_attr()); }, &what) == rdx::errc::invalid_argument);
+  CHECK(code_of([&] { rdx::connection c(small, other_pd, small_attr()); }, &what) ==
+        rdx::errc::invalid_argument);
   CHECK(small.connections() == 0);
-  CHECK(code_of([&] { rdx::worker w(fb.pd, rdx::worker_attr{.cq_depth = -1}); }) == rdx::errc::invalid_argument);
+  CHECK(code_of([&] { rdx::worker w(fb.pd, rdx::worker_attr{.cq_depth = -1}); }) ==
+        rdx::errc::invalid_argument);
   // A moved-from worker is empty: it drives nothing, and nothing is made on it.
   rdx::worker moved(fb.pd);
   rdx::worker taker(std::move(moved));
@@ -313,7 +321,8 @@ TEST_CASE("a worker refuses what does not fit or does not match, before anything
   CHECK(moved.fd() == -1);
   CHECK(moved.wait(1ms) == rdx::errc::not_ready);
   CHECK(moved.connections() == 0);
-  CHECK(code_of([&] { rdx::connection c(moved, fb.pd, small_attr()); }, &what) == rdx::errc::invalid_argument);
+  CHECK(code_of([&] { rdx::connection c(moved, fb.pd, small_attr()); }, &what) ==
+        rdx::errc::invalid_argument);
   CHECK(what.find("moved from") != std::string::npos);
   rdx::worker polled(fb.pd);
   CHECK(polled.fd() == -1);
@@ -343,7 +352,8 @@ TEST_CASE("event mode: the worker's one descriptor in an epoll loop loses no wak
     for (std::size_t r = 0; r < rounds; ++r) {
       while (go.load(std::memory_order_acquire) <= r) std::this_thread::yield();
       const std::size_t i = r % pairs.size();
-      auto send = pairs[i]->tx.send(make_record(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(r)));
+      auto send =
+          pairs[i]->tx.send(make_record(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(r)));
       if (send.wait(20s)) sender_ok = false;
     }
   });
@@ -355,8 +365,7 @@ TEST_CASE("event mode: the worker's one descriptor in an epoll loop loses no wak
     auto recv = pairs[i]->rx.receive();
     go.store(r + 1, std::memory_order_release);
     while (!recv.done()) {
-      while (ws.progress() > 0) {
-      }
+      while (ws.progress() > 0) {}
       if (recv.done()) break;
       const std::error_code armed = ws.arm();
       if (armed == std::errc::resource_unavailable_try_again) {
@@ -385,10 +394,11 @@ TEST_CASE("event mode: the worker's one descriptor in an epoll loop loses no wak
   REQUIRE_FALSE(lost);
   CHECK(sender_ok);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("worker events: %zu messages, %llu sleeps, %llu wake-ups (%llu with nothing to handle), %llu arms "
-              "that found work, %.2f s\n",
-              rounds, static_cast<unsigned long long>(sleeps), static_cast<unsigned long long>(woken),
-              static_cast<unsigned long long>(spurious), static_cast<unsigned long long>(not_slept), s);
+  std::printf(
+      "worker events: %zu messages, %llu sleeps, %llu wake-ups (%llu with nothing to handle), %llu arms "
+      "that found work, %.2f s\n",
+      rounds, static_cast<unsigned long long>(sleeps), static_cast<unsigned long long>(woken),
+      static_cast<unsigned long long>(spurious), static_cast<unsigned long long>(not_slept), s);
   CHECK(woken == sleeps);
   CHECK(sleeps > 0);  // the sleeping path was taken, not only the polling one
   // A wake-up with nothing to handle comes only from an event raised by a
@@ -430,7 +440,8 @@ channel_test::task receive_within(rdx::channel<record>& rx, std::error_code& out
   out = r.error();
 }
 
-channel_test::task receive_until_stopped(rdx::channel<record>& rx, std::stop_token token, std::error_code& out) {
+channel_test::task receive_until_stopped(rdx::channel<record>& rx, std::stop_token token,
+                                         std::error_code& out) {
   auto r = rx.receive();
   co_await r.stop_on(token);
   out = r.error();
@@ -541,9 +552,10 @@ TEST_CASE("fairness: every peer of a busy worker gets its share", "[worker][many
     most = std::max(most, x.got);
   }
   const double mean = static_cast<double>(total) / static_cast<double>(peers);
-  std::printf("worker fairness: %zu peers, %llu messages in 2 s, per peer least %u, mean %.1f, most %u (least / mean "
-              "%.2f)\n",
-              peers, static_cast<unsigned long long>(total), least, mean, most, least / mean);
+  std::printf(
+      "worker fairness: %zu peers, %llu messages in 2 s, per peer least %u, mean %.1f, most %u (least / mean "
+      "%.2f)\n",
+      peers, static_cast<unsigned long long>(total), least, mean, most, least / mean);
   CHECK(total > peers);
   CHECK(least >= mean / 2);
 }

@@ -23,10 +23,6 @@
 #include <rdx/cm/cm.hpp>
 #endif
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +34,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 
@@ -66,11 +66,8 @@ struct options {
 };
 
 rdx::connection_attr attr() {
-  return rdx::connection_attr{.send_depth = 16,
-                              .signal_interval = 8,
-                              .recv_depth = 8,
-                              .message_size = 64,
-                              .keepalive = 500ms};
+  return rdx::connection_attr{
+      .send_depth = 16, .signal_interval = 8, .recv_depth = 8, .message_size = 64, .keepalive = 500ms};
 }
 
 void require(bool c, const std::string& what) {
@@ -118,7 +115,8 @@ int serve(const options& o) {
   }
 #endif
   if (!o.cm && o.acceptor) {
-    tcp_acc.emplace(w, pd, rdx::tcp::listener::bind("", port), attr(), rdx::acceptor_options{.timeout = 120s});
+    tcp_acc.emplace(w, pd, rdx::tcp::listener::bind("", port), attr(),
+                    rdx::acceptor_options{.timeout = 120s});
     if (o.events) w.watch(tcp_acc->fd());
   } else if (!o.cm) {
     tcp.emplace(rdx::tcp::listener::bind("", port));
@@ -128,10 +126,11 @@ int serve(const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto setup_done = [&] {
     const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("server: %u connections on one worker (%s), set up (%s) in %.2f s (%.0f per second), %zu queue "
-                "pairs, %d of %d completion-queue entries reserved\n",
-                total, o.events ? "event mode" : "polling", how, setup, total / setup, w.queue_pairs(),
-                w.cq_reserved(), w.cq_capacity());
+    std::printf(
+        "server: %u connections on one worker (%s), set up (%s) in %.2f s (%.0f per second), %zu queue "
+        "pairs, %d of %d completion-queue entries reserved\n",
+        total, o.events ? "event mode" : "polling", how, setup, total / setup, w.queue_pairs(),
+        w.cq_reserved(), w.cq_capacity());
     std::fflush(stdout);
   };
   if (!o.acceptor) {
@@ -182,8 +181,8 @@ int serve(const options& o) {
       if (x.done) continue;
       if (x.reply) {
         if (!x.reply->done()) continue;
-        require(!x.reply->error(), "server: reply to client " + std::to_string(x.id) + ": " +
-                                       x.reply->error().message());
+        require(!x.reply->error(),
+                "server: reply to client " + std::to_string(x.id) + ": " + x.reply->error().message());
         x.done = true;
         ++finished;
         continue;
@@ -194,10 +193,11 @@ int serve(const options& o) {
                               ") failed: " + x.conn->failure_message());
         const auto after = std::chrono::steady_clock::now() - x.last;
         const auto bound = x.conn->detection_bound();
-        std::printf("server: the killed client's connection failed %lld ms after its last message (bound %lld "
-                    "ms): %s\n",
-                    static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(after).count()),
-                    static_cast<long long>(bound.count()), x.conn->failure_message().c_str());
+        std::printf(
+            "server: the killed client's connection failed %lld ms after its last message (bound %lld "
+            "ms): %s\n",
+            static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(after).count()),
+            static_cast<long long>(bound.count()), x.conn->failure_message().c_str());
         require(after <= bound + 2s, "server: the killed client was noticed only after its bound");
         ++victims_failed;
         x.done = true;
@@ -226,12 +226,13 @@ int serve(const options& o) {
   // has finished may fail afterwards, when its process closes while this one still serves.
   unsigned served = 0;
   for (const session& x : s) served += !x.victim && x.done && x.got == o.messages ? 1 : 0;
-  require(served == o.clients, "server: " + std::to_string(served) + " of " + std::to_string(o.clients) +
-                                   " clients served");
+  require(served == o.clients,
+          "server: " + std::to_string(served) + " of " + std::to_string(o.clients) + " clients served");
   const double all = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("server: %u clients served from one thread, %u checked records each, the killed one alone failed, "
-              "%.2f s in all, %llu wake-ups\n",
-              o.clients, o.messages, all, static_cast<unsigned long long>(w.wakeups()));
+  std::printf(
+      "server: %u clients served from one thread, %u checked records each, the killed one alone failed, "
+      "%.2f s in all, %llu wake-ups\n",
+      o.clients, o.messages, all, static_cast<unsigned long long>(w.wakeups()));
   return 0;
 }
 
@@ -246,7 +247,8 @@ struct client {
     ch.emplace(*conn);
 #if RDX_WORKER_PEER_CM
     if (cm) {
-      (void)rdx::cm::connect(*conn, host, port, {}, rdx::cm::options{.timeout = 120s, .wait_for_listener = true});
+      (void)rdx::cm::connect(*conn, host, port, {},
+                             rdx::cm::options{.timeout = 120s, .wait_for_listener = true});
       return;
     }
 #endif
@@ -287,8 +289,9 @@ void run_clients(const char* host, bool cm, std::uint32_t first, unsigned n, uns
       require(!ec, "client " + std::to_string(id) + ": send failed: " + ec.message());
       const std::error_code rc = replies[i].wait(120s, rdx::wait_mode::events);
       require(!rc, "client " + std::to_string(id) + ": no reply: " + rc.message());
-      require(replies[i].value().client == id && replies[i].value().seq == messages,
-              "client " + std::to_string(id) + ": the server counted " + std::to_string(replies[i].value().seq));
+      require(
+          replies[i].value().client == id && replies[i].value().seq == messages,
+          "client " + std::to_string(id) + ": the server counted " + std::to_string(replies[i].value().seq));
     }
   } catch (const std::exception& e) {
     why = e.what();

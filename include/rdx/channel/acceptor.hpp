@@ -19,12 +19,6 @@
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/error.hpp>
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -39,6 +33,12 @@
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace rdx {
 
@@ -58,16 +58,16 @@ struct acceptor_options {
 
 //! One client's set-up, finished or failed.
 struct accepted {
-  std::string peer;                  //!< the client's TCP address, "host:port"
+  std::string peer;  //!< the client's TCP address, "host:port"
   //! Connected, on the worker. When set-up failed: the connection that was
   //! being set up (unconnected; destroy it with what prepare made for it),
   //! or null when it could not be made.
   std::unique_ptr<connection> conn;
-  peer_offer offer;                  //!< the client's connection info and grants
-  std::vector<std::byte> preamble;   //!< the client's first peer_preamble_size bytes
-  tcp::socket socket;                //!< the bootstrap socket, still open (closed on failure)
-  std::error_code error;             //!< why set-up failed (timed_out, wire_format, limit_exceeded, ...)
-  std::string message;               //!< that in words, naming the client and the step
+  peer_offer offer;                 //!< the client's connection info and grants
+  std::vector<std::byte> preamble;  //!< the client's first peer_preamble_size bytes
+  tcp::socket socket;               //!< the bootstrap socket, still open (closed on failure)
+  std::error_code error;            //!< why set-up failed (timed_out, wire_format, limit_exceeded, ...)
+  std::string message;              //!< that in words, naming the client and the step
   //! True when the client is connected.
   explicit operator bool() const noexcept { return !error && conn != nullptr; }
 };
@@ -98,8 +98,14 @@ public:
   }
   //! Takes o's listener, set-ups in progress and epoll descriptor; o is left empty.
   acceptor(acceptor&& o) noexcept
-      : w_(o.w_), pd_(o.pd_), l_(std::move(o.l_)), attr_(o.attr_), o_(std::move(o.o_)),
-        prepare_(std::move(o.prepare_)), ep_(std::exchange(o.ep_, -1)), setups_(std::move(o.setups_)),
+      : w_(o.w_),
+        pd_(o.pd_),
+        l_(std::move(o.l_)),
+        attr_(o.attr_),
+        o_(std::move(o.o_)),
+        prepare_(std::move(o.prepare_)),
+        ep_(std::exchange(o.ep_, -1)),
+        setups_(std::move(o.setups_)),
         done_(std::move(o.done_)) {}
   acceptor& operator=(acceptor&&) = delete;
   acceptor(const acceptor&) = delete;
@@ -138,15 +144,15 @@ private:
     std::chrono::steady_clock::time_point deadline;
     std::vector<std::byte> out;  // this side's bytes not yet sent
     std::size_t out_done = 0;
-    std::vector<std::byte> in;   // the current step's bytes
+    std::vector<std::byte> in;  // the current step's bytes
     std::size_t have = 0;
     phase ph = phase::preamble;
-    std::size_t qp = 0;          // endpoint message being read
+    std::size_t qp = 0;  // endpoint message being read
     std::size_t nqp = 0;
     std::vector<wire::message> got;
     std::vector<std::byte> preamble;
     peer_offer offer;
-    bool writing = false;        // EPOLLOUT asked for
+    bool writing = false;  // EPOLLOUT asked for
   };
   static constexpr std::byte barrier_byte{0x52};
 
@@ -176,8 +182,8 @@ private:
     while (setups_.size() < o_.max_pending) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
-      const int fd = ::accept4(l_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len,
-                               SOCK_CLOEXEC | SOCK_NONBLOCK);
+      const int fd =
+          ::accept4(l_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         return;  // EAGAIN: nobody waits; EMFILE and the like: the clients stay in the backlog
@@ -236,7 +242,8 @@ private:
       if (!flush(s)) return;
       for (;;) {
         while (s.have < s.in.size()) {
-          const ssize_t n = ::recv(s.sock.native_handle(), s.in.data() + s.have, s.in.size() - s.have, MSG_DONTWAIT);
+          const ssize_t n =
+              ::recv(s.sock.native_handle(), s.in.data() + s.have, s.in.size() - s.have, MSG_DONTWAIT);
           if (n > 0) {
             s.have += static_cast<std::size_t>(n);
             continue;
@@ -372,8 +379,8 @@ private:
       case phase::settings_body: step = "the connection settings"; break;
       case phase::barrier: step = "the barrier"; break;
     }
-    return "while waiting for " + step + " (" + std::to_string(s.have) + " of " + std::to_string(s.in.size()) +
-           " bytes received)";
+    return "while waiting for " + step + " (" + std::to_string(s.have) + " of " +
+           std::to_string(s.in.size()) + " bytes received)";
   }
 
   worker* w_;

@@ -41,7 +41,8 @@ public:
   //! Creates the queue pairs (RESET -> INIT), the completion queue, and the
   //! registered message ring, staging and flow-control buffers; posts every
   //! receive. @throws rdx::error for settings out of range or a failed verb.
-  explicit connection(const protection_domain& pd, const connection_attr& attr = {}) : engine(nullptr, pd, attr) {}
+  explicit connection(const protection_domain& pd, const connection_attr& attr = {})
+      : engine(nullptr, pd, attr) {}
   //! A connection on w: its queue pairs post their completions to w's shared
   //! queue (it reserves queue_pairs x send_depth + recv_depth + 1 entries
   //! there) and w's progress() drives it; its own progress(), wait() and

@@ -78,7 +78,9 @@ public:
   //! @return empty: sleep; std::errc::resource_unavailable_try_again:
   //! something completed meanwhile (and was handled), do not sleep;
   //! errc::not_ready without events; the verb's error.
-  [[nodiscard]] std::error_code arm() noexcept { return core_ ? core_->arm() : make_error_code(errc::not_ready); }
+  [[nodiscard]] std::error_code arm() noexcept {
+    return core_ ? core_->arm() : make_error_code(errc::not_ready);
+  }
   //! After fd() was readable: takes every completion event and the stop
   //! wake-up (non-blocking; nothing waiting is fine).
   void ack_events() noexcept {

@@ -29,11 +29,11 @@ using clock = std::chrono::steady_clock;
 //! One connection-manager event, copied out of librdmacm's record.
 struct event {
   rdma_cm_event_type type = RDMA_CM_EVENT_ADDR_RESOLVED;  //!< what happened (RDMA_CM_EVENT_*)
-  int status = 0;                       //!< errno (negative) or, for REJECTED, the reject reason
-  rdma_cm_id* id = nullptr;             //!< the id it is about (a new id for CONNECT_REQUEST)
-  rdma_cm_id* listen_id = nullptr;      //!< the listening id, for CONNECT_REQUEST
-  std::vector<std::byte> private_data;  //!< as it arrived (the transport pads it with zeros)
-  std::uint32_t qp_num = 0;             //!< the peer's queue pair (REQUEST, RESPONSE)
+  int status = 0;                        //!< errno (negative) or, for REJECTED, the reject reason
+  rdma_cm_id* id = nullptr;              //!< the id it is about (a new id for CONNECT_REQUEST)
+  rdma_cm_id* listen_id = nullptr;       //!< the listening id, for CONNECT_REQUEST
+  std::vector<std::byte> private_data;   //!< as it arrived (the transport pads it with zeros)
+  std::uint32_t qp_num = 0;              //!< the peer's queue pair (REQUEST, RESPONSE)
   std::uint8_t responder_resources = 0;  //!< reads and atomics the peer serves at once (REQUEST, RESPONSE)
   std::uint8_t initiator_depth = 0;      //!< reads and atomics the peer issues at once (REQUEST, RESPONSE)
 

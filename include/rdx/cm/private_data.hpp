@@ -100,7 +100,7 @@ struct hello {
 
 //! A reject as rdx sends it.
 struct rejection {
-  std::uint8_t version = private_version;  //!< what the rejecting side speaks
+  std::uint8_t version = private_version;         //!< what the rejecting side speaks
   reject_reason reason = reject_reason::refused;  //!< why the peer refused
   std::string text;  //!< why, in words: cut to what fits; decoded as printable ASCII, '?' for other bytes
 };

@@ -29,8 +29,8 @@
 // what is wrong and where.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/endpoint.hpp>
 
 #include <array>
 #include <cstddef>
@@ -71,7 +71,7 @@ struct message {
 struct header {
   std::uint16_t version = 0;           //!< the sender's version (decode_header accepts only ours)
   std::uint16_t descriptor_count = 0;  //!< descriptors after the endpoint
-  std::uint32_t length = 0;  //!< whole message, header included
+  std::uint32_t length = 0;            //!< whole message, header included
 };
 
 namespace detail {

@@ -87,10 +87,18 @@ inline constexpr char cuda_free_name[] = "cudaFree";
 inline constexpr char cuda_free_host_name[] = "cudaFreeHost";
 inline constexpr char stream_destroy_name[] = "cudaStreamDestroy";
 inline constexpr char event_destroy_name[] = "cudaEventDestroy";
-inline cudaError_t free_device(void* p) { return cudaFree(p); }
-inline cudaError_t free_host(void* p) { return cudaFreeHost(p); }
-inline cudaError_t destroy_stream(cudaStream_t s) { return cudaStreamDestroy(s); }
-inline cudaError_t destroy_event(cudaEvent_t e) { return cudaEventDestroy(e); }
+inline cudaError_t free_device(void* p) {
+  return cudaFree(p);
+}
+inline cudaError_t free_host(void* p) {
+  return cudaFreeHost(p);
+}
+inline cudaError_t destroy_stream(cudaStream_t s) {
+  return cudaStreamDestroy(s);
+}
+inline cudaError_t destroy_event(cudaEvent_t e) {
+  return cudaEventDestroy(e);
+}
 
 //! count elements of T in memory from one CUDA allocator; what device_buffer
 //! and pinned_buffer share.
@@ -242,7 +250,9 @@ public:
   //! Blocks until all work queued so far has finished.
   void synchronize() const { RDX_CUDA_TRY(cudaStreamSynchronize(s_.get())); }
   //! True when all queued work has finished.
-  [[nodiscard]] bool ready() const { return detail::query_ready(cudaStreamQuery(s_.get()), "cudaStreamQuery"); }
+  [[nodiscard]] bool ready() const {
+    return detail::query_ready(cudaStreamQuery(s_.get()), "cudaStreamQuery");
+  }
 
 private:
   struct adopt_tag {};
@@ -259,7 +269,8 @@ public:
 
   //! @throws rdx::cuda::cuda_error when cudaEventCreateWithFlags fails
   explicit event(timing t = timing::off) {
-    RDX_CUDA_TRY(cudaEventCreateWithFlags(e_.out(), t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
+    RDX_CUDA_TRY(
+        cudaEventCreateWithFlags(e_.out(), t == timing::on ? cudaEventDefault : cudaEventDisableTiming));
   }
   //! Takes ownership of an event from cudaEventCreate*.
   //! @throws rdx::error (errc::invalid_argument) for nullptr

@@ -1,9 +1,9 @@
 // rdx: an address handle (ibv_ah): where a UD send goes.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/handle.hpp>
 #include <rdx/error.hpp>
+#include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/protection_domain.hpp>
 
 #include <infiniband/verbs.h>

@@ -130,8 +130,8 @@ namespace rdx {
 //! One asynchronous event, copied before it was acknowledged.
 struct async_event {
   ibv_event_type type = IBV_EVENT_DEVICE_FATAL;  //!< what the device reported
-  std::uint32_t qp_num = 0;      //!< the queue pair, for a queue-pair event
-  std::uint8_t port = 0;         //!< the port, for a port event
+  std::uint32_t qp_num = 0;                      //!< the queue pair, for a queue-pair event
+  std::uint8_t port = 0;                         //!< the port, for a port event
   const void* handle = nullptr;  //!< the CQ, SRQ or WQ, for their events (to compare, never to use)
   std::uint64_t sequence = 0;    //!< its place among its context's events, from 1
 
@@ -176,8 +176,8 @@ struct async_event {
 //! that reads the context's events itself takes them from this log instead.
 class async_event_log {
 public:
-  static constexpr std::size_t capacity = 64;   //!< queue-pair, CQ, SRQ and WQ events kept
-  static constexpr std::size_t max_ports = 8;   //!< ports whose latest event is kept
+  static constexpr std::size_t capacity = 64;  //!< queue-pair, CQ, SRQ and WQ events kept
+  static constexpr std::size_t max_ports = 8;  //!< ports whose latest event is kept
 
   //! The log of c's events; c must outlive it (the context owns both).
   explicit async_event_log(ibv_context* c) noexcept : ctx_(c) {}

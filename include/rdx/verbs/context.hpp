@@ -97,9 +97,9 @@ struct port_attributes {
 
 //! Device attributes, typed; raw keeps everything ibv_query_device_ex returned.
 struct device_attributes {
-  std::string fw_ver;           //!< firmware version, as the device reports it
-  std::uint64_t node_guid = 0;  //!< network byte order, as the device reports it
-  std::uint32_t vendor_id = 0;  //!< IEEE vendor id (0x02c9: Mellanox/NVIDIA)
+  std::string fw_ver;                           //!< firmware version, as the device reports it
+  std::uint64_t node_guid = 0;                  //!< network byte order, as the device reports it
+  std::uint32_t vendor_id = 0;                  //!< IEEE vendor id (0x02c9: Mellanox/NVIDIA)
   std::uint32_t vendor_part_id = 0;             //!< vendor's part number
   std::uint32_t hw_ver = 0;                     //!< hardware version
   std::uint64_t max_mr_size = 0;                //!< largest memory region, in bytes

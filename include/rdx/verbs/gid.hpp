@@ -1,10 +1,10 @@
 // rdx: GID table entries and automatic, explainable GID selection.
 #pragma once
 
-#include <rdx/verbs/endpoint.hpp>
 #include <rdx/detail/env.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/context.hpp>
+#include <rdx/verbs/endpoint.hpp>
 
 #include <infiniband/verbs.h>
 
@@ -143,9 +143,9 @@ struct gid_choice {
   std::uint8_t index = 0;        //!< the GID index a queue pair's address carries (sgid_index)
   ibv_gid gid{};                 //!< the entry at index (on InfiniBand: the first entry, for routing)
   gid_type type = gid_type::ib;  //!< the entry's type (ib on an InfiniBand port)
-  bool use_lid = false;  //!< InfiniBand port: addressed by LID, GID only for routing
-  std::uint16_t lid = 0;  //!< the port's LID (what InfiniBand addresses by)
-  std::string reason;  //!< one line: what was chosen and why
+  bool use_lid = false;          //!< InfiniBand port: addressed by LID, GID only for routing
+  std::uint16_t lid = 0;         //!< the port's LID (what InfiniBand addresses by)
+  std::string reason;            //!< one line: what was chosen and why
 };
 
 namespace detail {

@@ -109,11 +109,11 @@ struct queue_pair_attr {
 
 //! Connection settings (RTR and RTS); each field shows its default, 0 = from the device.
 struct connect_options {
-  std::uint8_t timeout = 14;   //!< 4.096 us * 2^timeout; 0 (infinite) is refused
-  std::uint8_t retry_cnt = 6;  //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
-  std::uint8_t rnr_retry = 7;  //!< 7 = retry forever
+  std::uint8_t timeout = 14;        //!< 4.096 us * 2^timeout; 0 (infinite) is refused
+  std::uint8_t retry_cnt = 6;       //!< 7 is "forever" in Soft-RoCE (rxe), so a bounded default is 6
+  std::uint8_t rnr_retry = 7;       //!< 7 = retry forever
   std::uint8_t min_rnr_timer = 12;  //!< RC: the RNR NAK delay we ask of a sender, IB encoding (12 = 0.64 ms)
-  std::uint8_t max_rd_atomic = 0;       //!< outstanding reads/atomics we issue; 0: min(device, 16)
+  std::uint8_t max_rd_atomic = 0;   //!< outstanding reads/atomics we issue; 0: min(device, 16)
   std::uint8_t max_dest_rd_atomic = 0;  //!< outstanding reads/atomics we serve; 0: min(device, 16)
   ibv_mtu max_mtu = IBV_MTU_4096;       //!< path MTU = min(local active, remote, this)
   std::uint8_t sl = 0;                  //!< service level of the path

@@ -80,13 +80,13 @@ inline bool engine::resume_one() noexcept {
 }
 
 inline void engine::resume_ready() noexcept {
-  while (resume_one()) {
-  }
+  while (resume_one()) {}
 }
 
 inline std::chrono::steady_clock::time_point engine::earliest_deadline(
     std::chrono::steady_clock::time_point until) const noexcept {
-  for (const bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) until = std::min(until, a->deadline_);
+  for (const bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_)
+    until = std::min(until, a->deadline_);
   return until;
 }
 

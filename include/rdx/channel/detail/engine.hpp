@@ -362,7 +362,8 @@ protected:
   inline void revoke_grants() noexcept;
 };
 
-inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& pd, const connection_attr& attr)
+inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& pd,
+                      const connection_attr& attr)
     : attr_(attr),
       wk_(std::move(w)),
       worker_(wk_.get()),
@@ -373,10 +374,10 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                                                  : std::nullopt),
       cq_(worker_ != nullptr
               ? worker_->cq().share()
-              : completion_queue(ctx_, completion_queue_attr{.depth = static_cast<int>(
-                                                                 attr.queue_pairs * attr.send_depth +
-                                                                 attr.recv_depth + 1),
-                                                             .channel = channel_ ? &*channel_ : nullptr})),
+              : completion_queue(
+                    ctx_, completion_queue_attr{.depth = static_cast<int>(attr.queue_pairs * attr.send_depth +
+                                                                          attr.recv_depth + 1),
+                                                .channel = channel_ ? &*channel_ : nullptr})),
       ring_(pd, attr.recv_depth, attr.message_size),
       staging_(pd, std::size_t{2} * attr.recv_depth * attr.message_size),
       atomics_(pd, atomic_slots),

@@ -15,8 +15,6 @@
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/context.hpp>
 
-#include <unistd.h>
-
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -25,6 +23,8 @@
 #include <optional>
 #include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 namespace rdx {
 
@@ -91,7 +91,8 @@ public:
   inline void join(engine& e, int entries);
   // Its queue pairs: completions of qp_num go to e from now on.
   inline void add_queue_pair(std::uint32_t qp_num, engine& e);
-  // Everything join and add_queue_pair did, undone; completions of its queue pairs left in the CQ are dropped.
+  // Everything join and add_queue_pair did, undone; completions of its queue pairs left in the CQ are
+  // dropped.
   inline void leave(engine& e) noexcept;
   // Polls the shared queue and hands each completion to its connection; returns the completions handled.
   [[gnu::always_inline]] inline int poll() noexcept;
@@ -161,8 +162,8 @@ private:
   std::vector<slot> table_;
   std::size_t mask_ = 0;
   unsigned shift_ = 32;
-  std::size_t keys_ = 0;   // queue pairs listed
-  std::size_t used_ = 0;   // slots not empty (listed or gone)
+  std::size_t keys_ = 0;  // queue pairs listed
+  std::size_t used_ = 0;  // slots not empty (listed or gone)
   std::size_t attached_ = 0;
   std::array<engine*, wl_count> head_{};
   std::array<completion, 32> buf_{};
@@ -173,13 +174,14 @@ private:
   int buf_head_ = 0, buf_count_ = 0;
   int polling_ = 0;
   engine* cursor_ = nullptr;  // where the next sweep of the clocks starts (wl_all)
-  int holding_ = 0;          // connections inside batch()
+  int holding_ = 0;           // connections inside batch()
   std::uint32_t polls_ = 0;
   std::uint32_t ticks_ = 0;
   std::atomic<std::uint32_t> stop_requests_{0};
   std::uint32_t stops_seen_ = 0;
   std::chrono::steady_clock::time_point swept_{};
-  std::chrono::milliseconds tick_{1000};  // the shortest keepalive / 4 (or stall bound / 4) of its connections
+  std::chrono::milliseconds tick_{
+      1000};  // the shortest keepalive / 4 (or stall bound / 4) of its connections
   std::uint64_t wakeups_ = 0;
   resume_frame* frames_ = nullptr;
   async_event_log* device_events_ = nullptr;  // the context's log of asynchronous events

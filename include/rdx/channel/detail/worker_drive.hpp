@@ -10,14 +10,14 @@
 
 #include <rdx/channel/detail/engine.hpp>
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <string>
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 namespace rdx::detail {
 
@@ -31,10 +31,9 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr)
                     "worker: cq_depth = " + std::to_string(depth) + ", need 0 (the device's) or more");
         }
         if (depth == 0) depth = std::min(ctx.query_device().max_cqe, 65536);
-        return completion_queue(
-            ctx_, completion_queue_attr{.depth = depth,
-                                        .channel = channel_ ? &*channel_ : nullptr,
-                                        .comp_vector = attr.comp_vector});
+        return completion_queue(ctx_, completion_queue_attr{.depth = depth,
+                                                            .channel = channel_ ? &*channel_ : nullptr,
+                                                            .comp_vector = attr.comp_vector});
       }()) {
   capacity_ = cq_.depth();
   rehash(64);
@@ -93,14 +92,15 @@ inline void worker_core::rehash(std::size_t size) {
 
 inline void worker_core::join(engine& e, int entries) {
   if (entries > capacity_ - reserved_) {
-    throw_rdx(errc::limit_exceeded,
-              "worker: its completion queue of " + std::to_string(capacity_) + " entries has " +
-                  std::to_string(capacity_ - reserved_) + " left for " + std::to_string(attached_) +
-                  " connections, and this one needs " + std::to_string(entries) +
-                  " (queue_pairs x send_depth + recv_depth + 1); give the connection a smaller send_depth or "
-                  "recv_depth, or make another worker, or one with a larger worker_attr::cq_depth (the device "
-                  "allows " +
-                  std::to_string(ctx_.query_device().max_cqe) + ")");
+    throw_rdx(
+        errc::limit_exceeded,
+        "worker: its completion queue of " + std::to_string(capacity_) + " entries has " +
+            std::to_string(capacity_ - reserved_) + " left for " + std::to_string(attached_) +
+            " connections, and this one needs " + std::to_string(entries) +
+            " (queue_pairs x send_depth + recv_depth + 1); give the connection a smaller send_depth or "
+            "recv_depth, or make another worker, or one with a larger worker_attr::cq_depth (the device "
+            "allows " +
+            std::to_string(ctx_.query_device().max_cqe) + ")");
   }
   reserved_ += entries;
   e.wk_entries_ = entries;
@@ -111,7 +111,8 @@ inline void worker_core::join(engine& e, int entries) {
   e.uncovered_.ctx = &e;
   if (e.uncovered_.uncovered) link(e, wl_uncovered);
   // The shortest keepalive or stall bound sets how often the clocks are swept.
-  if (e.attr_.keepalive.count() > 0) tick_ = std::min(tick_, std::max(e.attr_.keepalive / 4, std::chrono::milliseconds(1)));
+  if (e.attr_.keepalive.count() > 0)
+    tick_ = std::min(tick_, std::max(e.attr_.keepalive / 4, std::chrono::milliseconds(1)));
   if (e.attr_.stall_timeout.count() > 0) {
     tick_ = std::min(tick_, std::max(e.attr_.stall_timeout / 4, std::chrono::milliseconds(1)));
   }
@@ -120,7 +121,8 @@ inline void worker_core::join(engine& e, int entries) {
 inline void worker_core::add_queue_pair(std::uint32_t qp_num, engine& e) {
   if ((used_ + 1) * 2 > table_.size()) rehash(std::bit_ceil((keys_ + 1) * 4));
   std::size_t i = home(qp_num);
-  while (table_[i].key != empty_key && table_[i].key != gone_key && table_[i].key != qp_num) i = (i + 1) & mask_;
+  while (table_[i].key != empty_key && table_[i].key != gone_key && table_[i].key != qp_num)
+    i = (i + 1) & mask_;
   if (table_[i].key == empty_key) ++used_;
   table_[i] = slot{qp_num, &e};
   ++keys_;
@@ -199,12 +201,16 @@ inline void worker_core::bounded_changed(engine& e, bool on) noexcept {
   }
 }
 
-void worker_core::mark_ready(engine& e) noexcept { link(e, wl_ready); }
+void worker_core::mark_ready(engine& e) noexcept {
+  link(e, wl_ready);
+}
 inline void worker_core::uncovered(void* e) noexcept {
   auto& c = *static_cast<engine*>(e);
   c.worker_->link(c, wl_uncovered);
 }
-void worker_core::mark_pumping(engine& e) noexcept { link(e, wl_pumping); }
+void worker_core::mark_pumping(engine& e) noexcept {
+  link(e, wl_pumping);
+}
 
 // --- progress -------------------------------------------------------------------------
 
@@ -215,7 +221,8 @@ inline int worker_core::poll() noexcept {
     const int n = cq_.poll(std::span<completion>(buf_));
     if (n < 0) [[unlikely]] {
       // The shared queue failed: every connection on it fails.
-      for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->fail({-n, std::generic_category()});
+      for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all])
+        e->fail({-n, std::generic_category()});
       return 0;
     }
     buf_head_ = 0;
@@ -256,7 +263,9 @@ inline void worker_core::settle() noexcept {
   ntouched_ = 0;
 }
 
-void worker_core::settle_all() noexcept { settle(); }
+void worker_core::settle_all() noexcept {
+  settle();
+}
 
 inline void engine::settle() noexcept {
   wk_touched_ = false;
@@ -284,11 +293,11 @@ int worker_core::progress() noexcept {
   // Deferred operations wait for room or credits; credits come by RDMA
   // write and raise no completion, so these are looked at every time.
   for (engine* e = head_[wl_pumping]; e != nullptr;) [[unlikely]] {
-    engine* next = e->wk_next_[wl_pumping];
-    if (!e->deferred_.empty()) e->pump();
-    if (e->deferred_.empty()) unlink(*e, wl_pumping);
-    e = next;
-  }
+      engine* next = e->wk_next_[wl_pumping];
+      if (!e->deferred_.empty()) e->pump();
+      if (e->deferred_.empty()) unlink(*e, wl_pumping);
+      e = next;
+    }
   // The clocks: every 1024 polls (whether busy or not, so that an idle peer
   // among busy ones is still probed), or every 64 while a bounded await exists.
   const bool clocks = (++polls_ & 1023) == 0;
@@ -337,8 +346,7 @@ inline void worker_core::resume() noexcept {
   while (engine* e = pop(wl_ready)) {
     resume_frame f{e, frames_};
     frames_ = &f;
-    while (f.e != nullptr && f.e->resume_one()) {
-    }
+    while (f.e != nullptr && f.e->resume_one()) {}
     frames_ = f.up;
   }
 }
@@ -385,7 +393,8 @@ inline std::chrono::steady_clock::time_point worker_core::sleep_until(
     std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until) const noexcept {
   until = std::min(until, now + tick_);
   if (head_[wl_pumping] != nullptr) until = std::min(until, now + std::chrono::milliseconds(1));
-  for (engine* e = head_[wl_bounded]; e != nullptr; e = e->wk_next_[wl_bounded]) until = e->earliest_deadline(until);
+  for (engine* e = head_[wl_bounded]; e != nullptr; e = e->wk_next_[wl_bounded])
+    until = e->earliest_deadline(until);
   return until;
 }
 
