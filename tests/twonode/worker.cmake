@@ -41,17 +41,19 @@ rdx_add_twonode_test(NAME many_peers_256_twonode TIMEOUT 900
 # by rdx::acceptor while the others are served; 32 client processes at once,
 # polling and in event mode (the clients sleep on events: 32 busy-polling
 # processes would share the VM's one core with the server).
+# -t 120 (the server's wait for a client): 32 ASan client processes can
+# take more than 30 s to start in the VM.
 set(_pp $<TARGET_FILE:pingpong>)
 set(_fail ${CMAKE_CURRENT_LIST_DIR}/expect_failure.sh)
 set(_ppc ${CMAKE_CURRENT_LIST_DIR}/pingpong_clients.sh)
 foreach(_m channel window)
   rdx_add_twonode_test(NAME worker_pingpong_${_m}_32_twonode TIMEOUT 600
     NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
-          ${_pp} --${_m} -s 64 -n 200 --clients 32 -p 18570
+          ${_pp} --${_m} -s 64 -n 200 --clients 32 -t 120 -p 18570
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18570 32 --${_m} -s 64 -n 200 -e)
   rdx_add_twonode_test(NAME worker_pingpong_${_m}_32_events_twonode TIMEOUT 600
     NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
-          ${_pp} --${_m} -s 64 -n 200 --clients 32 -e -p 18571
+          ${_pp} --${_m} -s 64 -n 200 --clients 32 -e -t 120 -p 18571
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18571 32 --${_m} -s 64 -n 200 -e)
 endforeach()
 # release_only: the window variants over TCP. Under ASan the server's writes
@@ -68,7 +70,7 @@ set_property(TEST worker_pingpong_channel_32_twonode APPEND PROPERTY LABELS rele
 if(TARGET rdx::cm)
   rdx_add_twonode_test(NAME worker_pingpong_cm_window_32_events_twonode TIMEOUT 600
     NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
-          ${_pp} --cm --window -s 64 -n 200 --clients 32 -e -p 18572
+          ${_pp} --cm --window -s 64 -n 200 --clients 32 -e -t 120 -p 18572
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18572 32 --cm --window -s 64 -n 200 -e)
 endif()
 
