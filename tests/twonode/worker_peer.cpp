@@ -165,7 +165,7 @@ int serve(const options& o) {
       if (accepted == total) setup_done();
     }
   };
-  unsigned finished = 0, victims_failed = 0;
+  unsigned finished = 0, victims_failed = 0, replies_overtaken = 0;
   const auto deadline = std::chrono::steady_clock::now() + 300s;
   while (finished < total) {
     require(std::chrono::steady_clock::now() < deadline, "server: clients did not finish within 300 s");
@@ -181,7 +181,14 @@ int serve(const options& o) {
       if (x.done) continue;
       if (x.reply) {
         if (!x.reply->done()) continue;
-        require(!x.reply->error(),
+        // Over rdma_cm a client disconnects once it has read its reply, and
+        // the disconnect can be heard before the send's own completion comes
+        // (rdma_cm's event and the NIC's acknowledgement travel apart): the
+        // reply then ends with peer_disconnected. The client checks the reply
+        // it read, and node 1 fails if one did not.
+        const bool overtaken = o.cm && x.reply->error() == rdx::errc::peer_disconnected;
+        replies_overtaken += overtaken ? 1 : 0;
+        require(!x.reply->error() || overtaken,
                 "server: reply to client " + std::to_string(x.id) + ": " + x.reply->error().message());
         x.done = true;
         ++finished;
@@ -233,6 +240,10 @@ int serve(const options& o) {
       "server: %u clients served from one thread, %u checked records each, the killed one alone failed, "
       "%.2f s in all, %llu wake-ups\n",
       o.clients, o.messages, all, static_cast<unsigned long long>(w.wakeups()));
+  if (replies_overtaken != 0) {
+    std::printf("server: %u replies ended with the client's disconnect before their completion\n",
+                replies_overtaken);
+  }
   return 0;
 }
 
