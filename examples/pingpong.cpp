@@ -1125,13 +1125,7 @@ void advance_session(worker_session& s, const options& o) {
           s.at = worker_session::step::done;
           return;
         }
-        const std::byte b{0x52};
-        if (!s.barrier_sent) s.sock.send_all(std::span(&b, 1), s.step_deadline, "send barrier");
-        s.barrier_sent = true;
-        std::byte in{};
-        const ssize_t n = ::recv(s.sock.native_handle(), &in, 1, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (n != 1 || in != b) throw failure("the client left before the last barrier");
+        if (!rdx::tcp::try_barrier(s.sock, s.barrier_sent, s.step_deadline)) return;
         s.at = worker_session::step::done;
         return;
       }

@@ -209,16 +209,7 @@ bool advance(session& s, const options& o, record* table) {
   if (s.verdict->error()) throw failure("sending the verdict: " + s.verdict->error().message());
   if (s.sock) {
     // The client's last step: one byte each way, so no traffic is in flight when the queue pairs go.
-    const std::byte b{0x52};
-    if (!s.barrier_sent) s.sock.send_all(std::span(&b, 1), s.deadline, "send barrier");
-    s.barrier_sent = true;
-    std::byte in{};
-    const ssize_t n = ::recv(s.sock.native_handle(), &in, 1, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (now > s.deadline) throw failure("the client did not meet the last barrier");
-      return false;
-    }
-    if (n != 1 || in != b) throw failure("the client left before the last barrier");
+    if (!rdx::tcp::try_barrier(s.sock, s.barrier_sent, s.deadline)) return false;
   }
   if (s.bad != 0) throw failure(std::to_string(s.bad) + " records are wrong in the server's table");
   return true;

@@ -154,7 +154,6 @@ private:
     peer_offer offer;
     bool writing = false;  // EPOLLOUT asked for
   };
-  static constexpr std::byte barrier_byte{0x52};
 
   void watch(int fd, std::uint32_t events, setup* s, int op) const noexcept {
     epoll_event ev{};
@@ -293,12 +292,12 @@ private:
         };
         s.offer = detail::read_peer_offer(s.got, wire::decode_settings(s.in), bad);
         s.conn->connect(s.offer.info, o_.connect);
-        s.out.push_back(barrier_byte);
+        s.out.push_back(tcp::barrier_byte);
         expect(s, phase::barrier, 1);
         return false;
       }
       case phase::barrier:
-        if (s.in[0] != barrier_byte) {
+        if (s.in[0] != tcp::barrier_byte) {
           throw error(errc::wire_format, "acceptor: barrier from " + s.sock.peer() +
                                              ": unexpected byte, the client is out of step");
         }

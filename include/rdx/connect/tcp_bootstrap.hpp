@@ -450,11 +450,14 @@ private:
   return exchange(s, local, descriptors, clock::now() + timeout);
 }
 
+//! The byte each side of a barrier sends.
+inline constexpr std::byte barrier_byte{0x52};
+
 //! Waits until the peer has reached the same point: each side sends one byte
 //! and waits for the peer's, before `deadline`. Use it after both queue pairs
 //! are ready to receive, so the first message never meets a queue pair that is not.
 inline void barrier(const socket& s, clock::time_point deadline) {
-  const std::byte out{0x52};
+  const std::byte out = barrier_byte;
   s.send_all(std::span(&out, 1), deadline, "send barrier");
   std::byte in{};
   s.recv_exact(std::span(&in, 1), deadline, "wait for peer at barrier");
@@ -464,6 +467,28 @@ inline void barrier(const socket& s, clock::time_point deadline) {
 //! The same, before `timeout` has passed.
 inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
   barrier(s, clock::now() + timeout);
+}
+
+//! barrier() without waiting for the peer, for a loop that serves others
+//! meanwhile: the first call sends this side's byte (`sent` records it), and
+//! every call looks for the peer's. @return true once the peer's byte is in,
+//! false while it has not come. @throws rdx::error: errc::wire_format for
+//! another byte or the peer closing its end, errc::timed_out past the deadline.
+inline bool try_barrier(const socket& s, bool& sent, clock::time_point deadline) {
+  if (!sent) s.send_all(std::span(&barrier_byte, 1), deadline, "send barrier");
+  sent = true;
+  std::byte in{};
+  const ssize_t n = ::recv(s.native_handle(), &in, 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    if (clock::now() > deadline)
+      throw error(errc::timed_out, "barrier with " + s.peer() + ": the peer did not come");
+    return false;
+  }
+  if (n < 0) rdx::detail::throw_errno("recv", "barrier with " + s.peer(), errno);
+  if (n == 0) throw error(errc::wire_format, "barrier with " + s.peer() + ": the peer closed its end first");
+  if (in != barrier_byte)
+    throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
+  return true;
 }
 
 }  // namespace rdx::tcp
