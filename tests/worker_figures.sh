@@ -15,10 +15,12 @@ usage() {
   cat <<'EOF'
 Usage: tests/worker_figures.sh [--build DIR] [--peers N] [--wakeups N] [--runs N] [--clients "N ..."]
 In one VM: N connection pairs on two workers with checked traffic, set-up,
-teardown, fairness and the device's object counts (--peers, default 1024);
+teardown, fairness and the device's object counts (--peers, default 1024),
+with ring buffers of each connection's own and on one receive pool;
 then N messages through the worker's descriptor in an epoll loop
 (--wakeups, default 100000). Between the two VMs: one server thread against
-each client count (--clients, default "32 256"), polling and in event mode,
+each client count (--clients, default "32 256"), polling, in event mode and
+in event mode on a receive pool,
 each --runs times in a row (default 10), one client killed in every run.
 Prints what each program printed; exits 1 at the first failure.
 EOF
@@ -35,8 +37,9 @@ while (($#)); do
   esac
 done
 worker="$build/tests/rdma/channel_worker"
+pool="$build/tests/rdma/channel_pool"
 peer="$build/tests/twonode/worker_peer"
-for p in "$worker" "$peer"; do
+for p in "$worker" "$pool" "$peer"; do
   [[ -x "$p" ]] || { echo "worker_figures.sh: $p is missing: build the tests (cmake --build --preset release)" >&2; exit 2; }
 done
 vm="$root/cmake/softroce"
@@ -44,11 +47,13 @@ export RDX_VM_SHARE="$root:$build"
 
 echo "== $peers pairs in one VM"
 "$vm/rdx-run-rdma" --timeout 1800 -- env RDX_TEST_PEERS="$peers" "$worker" --warn NoTests "[many_peers]"
+echo "== $peers pairs in one VM, the servers on one receive pool"
+"$vm/rdx-run-rdma" --timeout 1800 -- env RDX_TEST_PEERS="$peers" "$pool" --warn NoTests "[many_peers]"
 echo "== $wakeups messages through the worker's descriptor"
 "$vm/rdx-run-rdma" --timeout 1800 -- env RDX_TEST_WAKEUPS="$wakeups" "$worker" --warn NoTests \
   "event mode: the worker's one descriptor in an epoll loop loses no wake-up"
 for n in $clients; do
-  for mode in "" "--events"; do
+  for mode in "" "--events" "--events --pool"; do
     for ((i = 1; i <= runs; i++)); do
       echo "== $n clients against one server thread ${mode:-(polling)}, run $i of $runs"
       "$vm/rdx-run-twonode" --timeout 900 \

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "channel_support.hpp"
+#include "peer_record.hpp"
 #include <poll.h>
 #include <sys/epoll.h>
 
@@ -29,20 +30,9 @@ using channel_test::code_of;
 
 namespace {
 
-struct record {
-  std::uint32_t pair;
-  std::uint32_t seq;
-  std::uint64_t check;
-};
-
-record make_record(std::uint32_t pair, std::uint32_t seq) {
-  return record{pair, seq, (std::uint64_t{pair} << 32 | seq) * 0x9e3779b97f4a7c15ull};
-}
-
-std::size_t env_count(const char* name, std::size_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? static_cast<std::size_t>(std::strtoul(v, nullptr, 10)) : fallback;
-}
+using peer_test::env_count;
+using peer_test::make_record;
+using peer_test::record;
 
 // Small rings: an idle peer costs little, and hundreds fit one VM.
 rdx::connection_attr small_attr() {

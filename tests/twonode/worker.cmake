@@ -33,6 +33,14 @@ set_property(TEST worker_acceptor_twonode APPEND PROPERTY LABELS release_only)
 if(TARGET rdx::cm)
   set_property(TEST worker_cm_twonode worker_cm_acceptor_twonode APPEND PROPERTY LABELS release_only)
 endif()
+# The server's connections on one receive pool (worker_attr::pool): 32 and 256 clients.
+rdx_add_twonode_test(NAME worker_pool_events_twonode TIMEOUT 600
+  NODE0 $<TARGET_FILE:worker_peer> --clients 32 --events --pool
+  NODE1 $<TARGET_FILE:worker_peer> --clients 32)
+rdx_add_twonode_test(NAME many_peers_pool_256_twonode TIMEOUT 900
+  NODE0 $<TARGET_FILE:worker_peer> --clients 256 --events --pool --acceptor
+  NODE1 $<TARGET_FILE:worker_peer> --clients 256 --threads 4)
+set_property(TEST many_peers_pool_256_twonode APPEND PROPERTY LABELS release_only)
 rdx_add_twonode_test(NAME many_peers_256_twonode TIMEOUT 900
   NODE0 $<TARGET_FILE:worker_peer> --clients 256 --events
   NODE1 $<TARGET_FILE:worker_peer> --clients 256 --threads 4)

@@ -63,6 +63,7 @@ struct options {
   bool events = false;
   bool cm = false;        // rdma_cm set-up instead of TCP
   bool acceptor = false;  // the server sets clients up while it serves (rdx::acceptor, cm::acceptor)
+  bool pool = false;      // the server's connections share one receive pool (worker_attr::pool)
 };
 
 rdx::connection_attr attr() {
@@ -90,8 +91,14 @@ struct session {
 int serve(const options& o) {
   rdx::context ctx = rdx::context::open_default();
   rdx::protection_domain pd(ctx);
-  rdx::worker w(pd, rdx::worker_attr{.events = o.events});
   const unsigned total = o.clients + 1;  // and the victim
+  // --pool: every connection's recv_depth credits from one shared receive
+  // queue, and a quarter as much again for busy peers to grow by; the
+  // reserve keeps every client's credits free for it while others grow.
+  const std::uint32_t joining = total * attr().recv_depth;
+  const rdx::receive_pool_attr pool{
+      .buffers = o.pool ? joining * 5 / 4 : 0, .buffer_size = 64, .reserve = joining};
+  rdx::worker w(pd, rdx::worker_attr{.events = o.events, .pool = pool});
   std::vector<session> s(total);
   unsigned accepted = 0;
   auto start_session = [&](std::unique_ptr<rdx::connection> c) {
@@ -396,14 +403,18 @@ int main(int argc, char** argv) {
       o.cm = true;
     } else if (a == "--acceptor") {
       o.acceptor = true;
+    } else if (a == "--pool") {
+      o.pool = true;
     } else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: worker_peer [--clients N] [--threads T] [--messages M] [--events] [--cm] [--acceptor]\n"
+          "                   [--pool]\n"
           "RDX_NODE=0 serves N + 1 clients from one thread on one rdx::worker (polling, or\n"
           "sleeping on its descriptor with --events); RDX_NODE=1 starts N clients from T\n"
           "threads and one more in a child process that is killed mid-traffic. --cm: set\n"
           "up through rdma_cm (both nodes); --acceptor (server): set clients up while\n"
-          "serving, with rdx::acceptor or cm::acceptor.\n");
+          "serving, with rdx::acceptor or cm::acceptor. --pool (server): every connection\n"
+          "on one receive pool (worker_attr::pool) instead of a ring of its own.\n");
       return 0;
     } else {
       std::fprintf(stderr, "worker_peer: unknown option %s (see --help)\n", a.c_str());

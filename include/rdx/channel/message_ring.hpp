@@ -1,15 +1,22 @@
-// rdx: the receive side of a connection's messages: a registered ring of
-// pre-posted receive buffers, the arrival queues of messages and
-// notifications, and the flow-control credits both ways.
+// rdx: the receive side of a connection's messages: its receive buffers (a
+// registered ring of its own, or its part of a worker's receive pool), the
+// arrival queues of messages and notifications, and the flow-control
+// credits both ways.
 //
-// Credits: this side counts the buffers it took and reposted (consumed) and
-// tells the peer, piggybacked in the immediate of its own messages or by an
-// RDMA write of the count into the peer's credit word once a quarter of the
-// ring is owed. The peer may send while sent - consumed_by_peer < depth, so
-// a message never meets a queue pair without a posted receive. A count from
-// the peer that claims more than was sent is a protocol error.
+// Credits: this side keeps a count (consumed) and tells the peer,
+// piggybacked in the immediate of its own messages or by an RDMA write of
+// the count into the peer's credit word once a quarter of recv_depth is
+// owed. The peer may send while sent - count < recv_depth. With a ring of
+// its own the count is the buffers it took and reposted; on a receive pool
+// the pool moves it (detail/receive_pool.hpp), so a peer may hold from 0 to
+// credit_cap_factor x recv_depth credits. Either way a message never meets
+// a queue pair without a posted receive. A count from the peer that claims
+// more than that is a protocol error, and so is a message beyond the
+// credits given (on a pool, where the shared queue cannot refuse it).
 #pragma once
 
+#include <rdx/channel/detail/index_fifo.hpp>
+#include <rdx/channel/detail/receive_pool.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion.hpp>
 #include <rdx/verbs/endpoint.hpp>
@@ -20,56 +27,30 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 
 namespace rdx::detail {
 
-[[nodiscard]] inline bool serial_after(std::uint32_t a, std::uint32_t b) noexcept {
-  return static_cast<std::int32_t>(a - b) > 0;
-}
-
-// A fixed-capacity FIFO of indices.
-class index_fifo {
-public:
-  // Its ring has a power-of-two size (capacity rounded up): a mask, not a
-  // division, on every push and pop (a 64-bit division is tens of cycles).
-  explicit index_fifo(std::uint32_t capacity)
-      : buf_(std::make_unique<std::uint32_t[]>(std::bit_ceil(capacity))),
-        mask_(std::bit_ceil(capacity) - 1) {}
-  [[nodiscard]] bool empty() const noexcept { return head_ == tail_; }
-  [[nodiscard]] std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(tail_ - head_); }
-  void push(std::uint32_t v) noexcept { buf_[tail_++ & mask_] = v; }
-  std::uint32_t pop() noexcept { return buf_[head_++ & mask_]; }
-
-private:
-  std::unique_ptr<std::uint32_t[]> buf_;
-  std::uint64_t mask_, head_ = 0, tail_ = 0;
-};
-
-// What arrived in one receive buffer.
-struct rx_entry {
-  std::uint32_t bytes = 0;
-  std::uint32_t imm = 0;
-  bool posted = false;
-  void* lent = nullptr;  // the message_view that holds the buffer, if one does
-};
-
 class message_ring {
 public:
-  //! The ring's own kinds of arrival.
-  enum class arrival { message, notification, failed };
+  //! The ring's own kinds of arrival; overrun: a message beyond the credits given (pool).
+  enum class arrival { message, notification, failed, overrun };
 
+  //! A ring of its own: depth buffers of message_size bytes, registered.
   message_ring(const protection_domain& pd, std::uint32_t depth, std::uint32_t message_size)
       : depth_(depth),
         size_(message_size),
+        stride_(message_size),
         report_at_(std::max<std::uint32_t>(1, depth / 4)),
-        buf_(pd, std::size_t{depth} * message_size),
-        rx_(std::make_unique<rx_entry[]>(depth)),
+        buf_(std::in_place, pd, std::size_t{depth} * message_size),
+        rx_own_(std::make_unique<rx_entry[]>(depth)),
+        rx_(rx_own_.get()),
+        base_(buf_->data()),
         messages_(depth),
         notes_(depth),
         repost_(std::make_unique<std::uint32_t[]>(depth)),
@@ -78,17 +59,42 @@ public:
     // Each buffer's receive is built once (its wr_id is its index) and
     // posted as it is every time the buffer goes back.
     for (std::uint32_t i = 0; i < depth; ++i) {
-      chain_[i] = wr::recv(buf_.sge(std::size_t{i} * size_, size_));
+      chain_[i] = wr::recv(buf_->sge(std::size_t{i} * size_, size_));
       chain_[i].id(i);
     }
   }
+  //! Its part of a worker's receive pool: no buffers of its own; the pool
+  //! gives its peer depth credits now (or refuses: errc::limit_exceeded).
+  message_ring(const protection_domain& pd, receive_pool& pool, std::uint32_t depth,
+               std::uint32_t message_size, void* owner)
+      : depth_(depth),
+        size_(message_size),
+        stride_(pool.buffer_size()),
+        report_at_(std::max<std::uint32_t>(1, depth / 4)),
+        pool_(&pool),
+        rx_(pool.entries()),
+        base_(pool.data(0)),
+        messages_(credit_cap_factor * depth),
+        notes_(credit_cap_factor * depth),
+        control_(pd, 2, access::local_write) {
+    pool.join(share_, depth, owner);
+  }
+
+  message_ring(const message_ring&) = delete;
+  message_ring& operator=(const message_ring&) = delete;
+  // On a pool: the peer's credits and the buffers still held go back.
+  ~message_ring() { leave_pool(); }
 
   [[nodiscard]] std::uint32_t depth() const noexcept { return depth_; }
   [[nodiscard]] std::uint32_t message_size() const noexcept { return size_; }
-  //! wr_ids of receives are buffer indices (below depth; no send_queue tag).
-  [[nodiscard]] bool owns(std::uint64_t wr_id) const noexcept { return wr_id < depth_; }
+  [[nodiscard]] receive_pool* pool() const noexcept { return pool_; }
+  [[nodiscard]] pool_share& share() noexcept { return share_; }
+  //! wr_ids of receives are buffer indices (below depth, or the pool's size; no send_queue tag).
+  [[nodiscard]] bool owns(std::uint64_t wr_id) const noexcept {
+    return wr_id < (pool_ != nullptr ? pool_->size() : depth_);
+  }
 
-  //! Posts buffer i on qp.
+  //! Posts buffer i on qp (a ring of its own).
   [[nodiscard]] std::error_code post(queue_pair& qp, std::uint32_t i) noexcept {
     std::error_code ec = qp.post_recv(chain_[i]);  // alone: post_recv clears its next
     if (!ec) {
@@ -97,10 +103,26 @@ public:
     }
     return ec;
   }
-  //! Queues buffer i (its message was taken) for post_queued().
-  void queue_repost(std::uint32_t i) noexcept { repost_[queued_++] = i; }
-  //! Buffers queued for reposting.
+  //! Queues buffer i (its message was taken) for post_queued(); on a pool,
+  //! for the pool's next flush, with its credit.
+  void queue_repost(std::uint32_t i) noexcept {
+    if (pool_ != nullptr) [[unlikely]]
+      return queue_pooled(i);
+    repost_[queued_++] = i;
+  }
+  //! Buffer i goes back without its credit (the connection failed): to the
+  //! pool; a ring of its own keeps it.
+  void drop(std::uint32_t i) noexcept {
+    if (pool_ != nullptr) {
+      lend(i, nullptr);
+      pool_->queue(i, nullptr);
+    }
+  }
+  //! Buffers queued for reposting (on a pool: queued to the pool since its
+  //! last flush here; another connection's flush may have posted them).
   [[nodiscard]] std::uint32_t queued() const noexcept { return queued_; }
+  //! On a pool: the pool was flushed.
+  void flushed() noexcept { queued_ = 0; }
   //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
   //! their receives, built once, are linked in the order queued.
   //! @param posted_now set to how many were posted (all, or those before the refused one)
@@ -130,23 +152,28 @@ public:
   [[nodiscard]] std::uint64_t repost_calls() const noexcept { return repost_calls_; }
   //! Buffers post_queued reposted in them.
   [[nodiscard]] std::uint64_t reposted() const noexcept { return reposted_; }
-  //! Receives posted and not yet completed (flushed ones included).
+  //! Receives of its own posted and not yet completed (flushed ones included); 0 on a pool.
   [[nodiscard]] std::uint32_t posted() const noexcept { return posted_; }
 
   //! A receive completion: queues the message or notification.
   arrival arrived(const completion& c) noexcept {
-    rx_entry& e = rx_[c.wr_id()];
-    e.posted = false;
-    --posted_;
-    if (!c.ok()) return arrival::failed;
+    const auto i = static_cast<std::uint32_t>(c.wr_id());
+    rx_entry& e = rx_[i];
+    if (pool_ != nullptr) [[unlikely]] {
+      if (const arrival a = arrived_pooled(c, i); a != arrival::message) return a;
+    } else {
+      e.posted = false;
+      --posted_;
+      if (!c.ok()) return arrival::failed;
+    }
     e.bytes = c.byte_len();
     if (c.opcode() == IBV_WC_RECV_RDMA_WITH_IMM) {
       e.imm = c.imm();
-      notes_.push(static_cast<std::uint32_t>(c.wr_id()));
+      notes_.push(i);
       return arrival::notification;
     }
     if (c.has_imm() && serial_after(c.imm(), peer_piggy_)) peer_piggy_ = c.imm();
-    messages_.push(static_cast<std::uint32_t>(c.wr_id()));
+    messages_.push(i);
     return arrival::message;
   }
 
@@ -161,53 +188,97 @@ public:
     lent_ += (holder != nullptr) - (rx_[i].lent != nullptr);
     rx_[i].lent = holder;
   }
-  //! Calls f(holder) for every lent buffer's holder and forgets them all.
+  //! Calls f(holder) for every lent buffer's holder and forgets them all;
+  //! on a pool the buffers go back to it.
   template <class F>
   void recall_all(F&& f) noexcept {
-    for (std::uint32_t i = 0; i < depth_ && lent_ != 0; ++i) {
-      if (void* h = std::exchange(rx_[i].lent, nullptr)) {
-        --lent_;
+    const std::uint32_t n = pool_ != nullptr ? pool_->size() : depth_;
+    for (std::uint32_t i = 0; i < n && lent_ != 0; ++i) {
+      if (pool_ != nullptr && rx_[i].owner != &share_) continue;
+      if (void* h = rx_[i].lent) {
+        lend(i, nullptr);
         f(h);
+        drop(i);
       }
     }
   }
+  //! On a pool: the peer's credits for a message arrived in buffer i
+  //! (arrival::message: within them, to be queued as usual).
+  [[gnu::noinline]] arrival arrived_pooled(const completion& c, std::uint32_t i) noexcept {
+    if (!share_.active) {
+      pool_->stray(i);
+      return arrival::failed;
+    }
+    pool_->taken(i);
+    const bool within = pool_->arrived(share_);  // counts it against the credits given
+    if (!c.ok() || !within) {
+      pool_->queue(i, nullptr);
+      return within ? arrival::failed : arrival::overrun;
+    }
+    rx_[i].owner = &share_;
+    return arrival::message;
+  }
+  //! On a pool: buffer i goes back to it with its credit.
+  [[gnu::noinline]] void queue_pooled(std::uint32_t i) noexcept {
+    lend(i, nullptr);
+    pool_->queue(i, &share_);
+    ++queued_;  // the engine flushes the pool when it reposts
+  }
+  //! On a pool: every buffer still queued here goes back to it, and the
+  //! peer's credits with them (the connection is going).
+  void leave_pool() noexcept {
+    if (pool_ == nullptr) return;
+    pool_->retire(share_);
+    while (!messages_.empty()) pool_->queue(messages_.pop(), nullptr);
+    while (!notes_.empty()) pool_->queue(notes_.pop(), nullptr);
+  }
   [[nodiscard]] const std::byte* data(std::uint32_t i) const noexcept {
-    return buf_.data() + std::size_t{i} * size_;
+    return base_ + std::size_t{i} * stride_;
   }
 
   // --- credits ---------------------------------------------------------------
 
-  //! The peer's count of taken buffers: the larger of its last credit write
-  //! and its last piggybacked immediate.
+  //! The peer's count: the later of its last credit write and its last
+  //! piggybacked immediate.
   [[nodiscard]] std::uint32_t peer_consumed() const noexcept {
     const std::uint32_t written =
         std::atomic_ref<std::uint64_t>(control_[1]).load(std::memory_order_acquire) & 0xffffffffu;
     return serial_after(written, peer_piggy_) ? written : peer_piggy_;
   }
-  //! False when the peer claims to have taken more than this side sent.
-  [[nodiscard]] bool peer_count_valid() const noexcept { return !serial_after(peer_consumed(), sent_); }
-  //! Messages this side may still send.
+  //! False when the peer's count gives this side more credits than any
+  //! peer may (credit_cap_factor x recv_depth).
+  [[nodiscard]] bool peer_count_valid() const noexcept {
+    return !serial_after(peer_consumed(), sent_ + (credit_cap_factor - 1) * depth_);
+  }
+  //! Messages this side may still send (0 for a count no peer may give:
+  //! the send is deferred, and the deferral fails the connection).
   [[nodiscard]] std::uint32_t credits() const noexcept {
-    const std::uint32_t used = sent_ - peer_consumed();
-    return used >= depth_ ? 0 : depth_ - used;
+    const std::uint32_t left = peer_consumed() + depth_ - sent_;
+    return left > most_credits_ ? 0 : left;
   }
   void count_sent() noexcept { ++sent_; }
   //! Messages and notifications this side sent.
   [[nodiscard]] std::uint32_t sent() const noexcept { return sent_; }
-  //! The consumed count to piggyback on an outgoing message (it counts as reported).
+  //! The count to piggyback on an outgoing message (it counts as reported).
   [[nodiscard]] std::uint32_t piggyback() noexcept {
-    reported_ = consumed_;
-    return consumed_;
+    reported_ = share_.consumed;
+    return share_.consumed;
   }
-  void count_consumed(std::uint32_t n = 1) noexcept { consumed_ += n; }
-  //! True once a quarter of the ring (at least one buffer) is owed to the peer.
-  [[nodiscard]] bool report_due() const noexcept { return consumed_ - reported_ >= report_at_; }
+  //! A ring of its own: n more buffers taken and reposted.
+  void count_consumed(std::uint32_t n = 1) noexcept { share_.consumed += n; }
+  //! True once a quarter of recv_depth (at least one) is owed to the peer.
+  [[nodiscard]] bool report_due() const noexcept { return share_.consumed - reported_ >= report_at_; }
+  //! On a pool, after a grant: a report is due, or the peer, as last told,
+  //! has no credit left and something is owed.
+  [[nodiscard]] bool grant_due() const noexcept {
+    return report_due() || (share_.consumed != reported_ && reported_ + depth_ == share_.received);
+  }
   //! The request that writes our count into the peer's credit word.
   [[nodiscard]] send_wr credit_report(const remote_descriptor& peer_word) noexcept {
-    control_[0] = consumed_;
+    control_[0] = share_.consumed;
     return wr::write(control_.sge(0, 1), remote_ptr{peer_word.addr, peer_word.rkey});
   }
-  void reported() noexcept { reported_ = consumed_; }
+  void reported() noexcept { reported_ = share_.consumed; }
   //! Our credit word: the 8 bytes the peer writes its count into (the
   //! connection grants exactly those; the region has no remote rights).
   [[nodiscard]] std::uint64_t* credit_word_address() const noexcept { return control_.data() + 1; }
@@ -216,9 +287,14 @@ public:
 private:
   std::uint32_t depth_;
   std::uint32_t size_;
+  std::uint32_t stride_;     // bytes from one buffer to the next
   std::uint32_t report_at_;  // credits owed that make a report due (report_due)
-  registered_buffer<std::byte> buf_;
-  std::unique_ptr<rx_entry[]> rx_;
+  std::uint32_t most_credits_ = credit_cap_factor * depth_;  // the most a peer may give
+  receive_pool* pool_ = nullptr;
+  std::optional<registered_buffer<std::byte>> buf_;  // a ring of its own
+  std::unique_ptr<rx_entry[]> rx_own_;
+  rx_entry* rx_;  // its own entries, or the pool's
+  const std::byte* base_;
   index_fifo messages_, notes_;
   std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
   std::unique_ptr<recv_wr[]> chain_;         // buffer i's receive, built once, at i
@@ -228,9 +304,9 @@ private:
   std::uint32_t posted_ = 0;
   std::uint32_t lent_ = 0;
   std::uint32_t sent_ = 0;        // messages and notifications sent
-  std::uint32_t peer_piggy_ = 0;  // the peer's consumed count, piggybacked
-  std::uint32_t consumed_ = 0;    // buffers we took and reposted
-  std::uint32_t reported_ = 0;    // consumed_ as last told to the peer
+  std::uint32_t peer_piggy_ = 0;  // the peer's count, piggybacked
+  pool_share share_{};            // consumed: our count (on a pool also what the pool gave)
+  std::uint32_t reported_ = 0;    // the count as last told to the peer
 };
 
 }  // namespace rdx::detail

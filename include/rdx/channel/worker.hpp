@@ -38,10 +38,11 @@ public:
   //! channel, a stop eventfd and the epoll descriptor holding both).
   //! @throws rdx::error for a cq_depth out of range or a failed verb.
   explicit worker(const context& ctx, const worker_attr& attr = {})
-      : core_(std::make_shared<detail::worker_core>(ctx, attr)) {}
-  //! A worker on the protection domain's device.
+      : core_(std::make_shared<detail::worker_core>(ctx, attr, nullptr)) {}
+  //! A worker on the protection domain's device; with worker_attr::pool, its
+  //! receive pool is registered in pd (its connections use pd).
   explicit worker(const protection_domain& pd, const worker_attr& attr = {})
-      : worker(pd.device_context(), attr) {}
+      : core_(std::make_shared<detail::worker_core>(pd.device_context(), attr, &pd)) {}
   //! Takes o's worker; o is left empty (its connections keep the shared state).
   worker(worker&& o) noexcept = default;
   //! Lets go of this worker's state (its connections keep it) and takes o's.
@@ -103,6 +104,19 @@ public:
   [[nodiscard]] int cq_capacity() const noexcept { return core_ ? core_->cq_capacity() : 0; }
   //! Entries reserved by the connections attached (never above cq_capacity()).
   [[nodiscard]] int cq_reserved() const noexcept { return core_ ? core_->cq_reserved() : 0; }
+  //! Receive-pool buffers (worker_attr::pool.buffers; 0 without a pool).
+  [[nodiscard]] std::uint32_t pool_buffers() const noexcept {
+    return core_ && core_->pool() != nullptr ? core_->pool()->size() : 0;
+  }
+  //! Receive-pool buffers posted and promised to no peer (what a new
+  //! connection's recv_depth is taken from, and busy peers grow by).
+  [[nodiscard]] std::int64_t pool_free() const noexcept {
+    return core_ && core_->pool() != nullptr ? core_->pool()->available() : 0;
+  }
+  //! ibv_post_srq_recv calls of the receive pool (one per poll that took messages).
+  [[nodiscard]] std::uint64_t pool_doorbells() const noexcept {
+    return core_ && core_->pool() != nullptr ? core_->pool()->doorbells() : 0;
+  }
   //! Sleeps in wait() that ended with a descriptor readable.
   [[nodiscard]] std::uint64_t wakeups() const noexcept { return core_ ? core_->wakeups() : 0; }
   //! The shared completion queue (not for an empty worker).

@@ -21,9 +21,11 @@ inline void engine::dispatch(const completion& c) noexcept {
     return;
   }
   if (!ring_.owns(c.wr_id())) return;
-  if (ring_.arrived(c) == message_ring::arrival::failed) {
-    if (!failed_) fail(c.error());
-    return;
+  const message_ring::arrival a = ring_.arrived(c);
+  if (a >= message_ring::arrival::failed) [[unlikely]] {
+    if (failed_) return;
+    if (a == message_ring::arrival::overrun) return fail_overrun();
+    return fail(c.error());
   }
   if (!ring_.peer_count_valid()) return fail_protocol();
   deliver();
@@ -39,7 +41,7 @@ inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
     if (op != nullptr) finish_part(*op, ec);
     return;
   }
-  if (r.kind == rec_staged) free_staging_.push(r.aux);
+  if (r.kind == rec_staged) stage_free_->push(r.aux);
   if (r.kind == rec_atomic) {
     if (op != nullptr && !ec) op->value_ = atomics_[r.aux];
     free_atomics_.push(r.aux);
@@ -145,7 +147,7 @@ inline void engine::deliver() noexcept {
 
 // A taken buffer, queued for its repost (repost_consumed).
 inline void engine::consume(std::uint32_t i) noexcept {
-  if (failed_) return;
+  if (failed_) return ring_.drop(i);  // a pool's buffer goes back, without its credit
   ring_.queue_repost(i);
 }
 
@@ -154,6 +156,10 @@ inline void engine::consume(std::uint32_t i) noexcept {
 // a quarter is owed. Only reposted buffers count: the peer's credits never
 // run ahead of the receives posted (no receiver-not-ready).
 inline void engine::repost_consumed() noexcept {
+  if (ring_.pool() != nullptr) {
+    ring_.flushed();
+    return worker_->flush_pool();  // the pool's buffers, of every connection
+  }
   if (failed_) return;
   std::uint32_t n = 0;
   const std::error_code ec = ring_.post_queued(qps_[0], n);
@@ -268,6 +274,8 @@ inline void engine::fail(std::error_code ec) noexcept {
   if (failed_) return;
   failed_ = true;
   failure_ = ec;
+  // A receive pool gives its peer no more credits; what it had goes back.
+  if (receive_pool* rp = ring_.pool()) rp->retire(ring_.share());
   // Before the queue pairs go to error: which one the device moved there tells why.
   if (device_events_ != nullptr) explain_failure();
   // A failed connection's rdma_cm link is no longer looked at: its events must not wake the worker.

@@ -189,9 +189,14 @@ protected:
   std::optional<completion_channel> channel_;
   completion_queue cq_;
   message_ring ring_;
-  registered_buffer<std::byte> staging_;
+  std::optional<registered_buffer<std::byte>> staging_;  // none on a receive pool (its staging is shared)
   registered_buffer<std::uint64_t> atomics_;
   index_fifo free_staging_, free_atomics_;
+  // Send staging: its own, or the worker's receive pool's.
+  index_fifo* stage_free_ = nullptr;
+  std::byte* stage_base_ = nullptr;
+  std::uint32_t stage_lkey_ = 0;
+  std::uint32_t stage_stride_ = 0;
   op_fifo receives_{op_list::receives}, notifications_{op_list::notifications};
   op_fifo deferred_{op_list::deferred}, ready_{op_list::ready};
   bounded_awaiter_base* bounded_ = nullptr;  // intrusive list of suspended bounded awaits
@@ -289,6 +294,13 @@ protected:
   inline void check_stall(std::chrono::steady_clock::time_point now) noexcept;
   [[nodiscard]] inline std::chrono::milliseconds stall_bound() const noexcept;
   inline void fail(std::error_code ec) noexcept;
+  // The peer sent beyond the credits a receive pool gave it.
+  [[gnu::cold]] void fail_overrun() noexcept {
+    std::snprintf(failure_text_, sizeof failure_text_,
+                  "the peer sent message %u but was given credits for %u (the receive pool takes no more)",
+                  ring_.share().received, ring_.share().consumed + ring_.depth());
+    fail(make_error_code(errc::protocol_error));
+  }
   // The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
   void fail_protocol() noexcept {
     std::snprintf(failure_text_, sizeof failure_text_,
@@ -322,7 +334,7 @@ protected:
   }
   // A deferred send's staging buffer goes back to the free list.
   void release_slot(op_params& p) noexcept {
-    if (p.slot != no_slot) free_staging_.push(std::exchange(p.slot, no_slot));
+    if (p.slot != no_slot) stage_free_->push(std::exchange(p.slot, no_slot));
   }
   [[nodiscard]] bool something_waits() const noexcept {
     return !receives_.empty() || !notifications_.empty() || !deferred_.empty();
@@ -378,11 +390,27 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                     ctx_, completion_queue_attr{.depth = static_cast<int>(attr.queue_pairs * attr.send_depth +
                                                                           attr.recv_depth + 1),
                                                 .channel = channel_ ? &*channel_ : nullptr})),
-      ring_(pd, attr.recv_depth, attr.message_size),
-      staging_(pd, std::size_t{2} * attr.recv_depth * attr.message_size),
+      ring_(worker_ != nullptr && worker_->pool(pd, attr) != nullptr
+                ? message_ring(pd, *worker_->pool(pd, attr), attr.recv_depth, attr.message_size, this)
+                : message_ring(pd, attr.recv_depth, attr.message_size)),
+      staging_(ring_.pool() != nullptr
+                   ? std::nullopt
+                   : std::optional<registered_buffer<std::byte>>(
+                         std::in_place, pd, std::size_t{2} * attr.recv_depth * attr.message_size)),
       atomics_(pd, atomic_slots),
-      free_staging_(2 * attr.recv_depth),
+      free_staging_(ring_.pool() != nullptr ? 1 : 2 * attr.recv_depth),
       free_atomics_(atomic_slots) {
+  if (receive_pool* rp = ring_.pool()) {
+    stage_free_ = &rp->free_staging();
+    stage_base_ = rp->staging_base();
+    stage_lkey_ = rp->staging_lkey();
+    stage_stride_ = rp->buffer_size();
+  } else {
+    stage_free_ = &free_staging_;
+    stage_base_ = staging_->data();
+    stage_lkey_ = staging_->region().lkey();
+    stage_stride_ = attr.message_size;
+  }
   auto bad = [](const std::string& what) { throw_rdx(errc::invalid_argument, "connection: " + what); };
   const connection_attr& a = attr;
   if (a.queue_pairs < 1 || a.queue_pairs > 64)
@@ -416,7 +444,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                   "connection: eventfd (stop-request wake-up)");
   }
   start_device_events();
-  for (std::uint32_t i = 0; i < 2 * attr_.recv_depth; ++i) free_staging_.push(i);
+  if (ring_.pool() == nullptr) {
+    for (std::uint32_t i = 0; i < 2 * attr_.recv_depth; ++i) free_staging_.push(i);
+  }
   for (std::uint32_t i = 0; i < atomic_slots; ++i) free_atomics_.push(i);
   qps_.reserve(attr_.queue_pairs);
   sqs_.reserve(attr_.queue_pairs);
@@ -424,7 +454,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
     // On a worker: its queue entries reserved (or refused) before any queue
     // pair exists; shut_down() gives them back if anything below throws.
     if (worker_ != nullptr) {
-      worker_->join(*this, static_cast<int>(attr.queue_pairs * attr.send_depth + attr.recv_depth + 1));
+      // On a receive pool its receives complete from the pool's share of the queue.
+      worker_->join(*this, static_cast<int>(attr.queue_pairs * attr.send_depth +
+                                            (ring_.pool() != nullptr ? 0 : attr.recv_depth) + 1));
     }
     for (std::uint32_t i = 0; i < attr_.queue_pairs; ++i) {
       queue_pair_attr qa{.max_send_wr = attr_.send_depth,
@@ -435,6 +467,8 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                          // pair (it reaches no memory: only a grant does); grants add read and
                          // atomic as they need them.
                          .remote_access = access::remote_write,
+                         // On a receive pool, queue pair 0 takes its receives from the pool's queue.
+                         .srq = i == 0 && ring_.pool() != nullptr ? &ring_.pool()->srq() : nullptr,
                          .post = attr_.post};
       qps_.emplace_back(pd, cq_, cq_, qa);
       if (worker_ != nullptr) worker_->add_queue_pair(qps_.back().qp_num(), *this);
@@ -443,7 +477,7 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
       sqs_.back().watch_cover(&uncovered_);
       nqp_ = static_cast<std::uint32_t>(sqs_.size());
     }
-    for (std::uint32_t i = 0; i < attr_.recv_depth; ++i) {
+    for (std::uint32_t i = 0; ring_.pool() == nullptr && i < attr_.recv_depth; ++i) {
       if (std::error_code ec = ring_.post(qps_[0], i)) {
         throw error(ec, "connection: posting receive buffer " + std::to_string(i));
       }

@@ -95,6 +95,8 @@ inline void engine::shut_down() noexcept {
     v.p_.slot = no_slot;
     v.dst_ = nullptr;
   });
+  // A receive pool's buffers this connection holds go back to it, with the peer's credits.
+  ring_.leave_pool();
   // First the peer loses every key: nothing it sends from now reaches memory.
   revoke_grants();
   while (bounded_ != nullptr) {
@@ -133,6 +135,7 @@ inline void engine::shut_down() noexcept {
   if (worker_ != nullptr) {
     if (link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
     worker_->leave(*this);
+    if (ring_.pool() != nullptr) worker_->flush_pool();
   }
   sqs_.clear();
   nqp_ = 0;

@@ -47,17 +47,17 @@ inline void engine::submit(operation& op) noexcept {
 // progress), so this waits for the NIC, bounded by the retry budget; when
 // deferred sends hold them all, there is nothing to wait for.
 inline bool engine::take_staging(std::uint32_t& slot) noexcept {
-  if (free_staging_.empty() && sqs_[0].outstanding() != 0) {
+  if (stage_free_->empty() && sqs_[0].outstanding() != 0) {
     flush_held();
     const auto deadline = std::chrono::steady_clock::now() + detection_bound();
     (void)sqs_[0].cover();
-    for (unsigned spins = 0; free_staging_.empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
+    for (unsigned spins = 0; stage_free_->empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
       poll_once();
       if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) break;
     }
   }
-  if (free_staging_.empty()) return false;
-  slot = free_staging_.pop();
+  if (stage_free_->empty()) return false;
+  slot = stage_free_->pop();
   return true;
 }
 
@@ -115,7 +115,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   std::uint32_t slot = 0;
   if (!take_staging(slot))
     return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
-  std::memcpy(staging_.data() + std::size_t{slot} * attr_.message_size, data, bytes);
+  std::memcpy(stage_base_ + std::size_t{slot} * stage_stride_, data, bytes);
   op.p_.slot = slot;
   if (!now || post_some(op) == post_result::blocked) defer(op);
 }
@@ -212,9 +212,10 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
       // From a staging slot, or straight from the caller's registered memory.
       const bool staged = p.slot != no_slot;
-      const ibv_sge sge = staged ? staging_.sge(std::size_t{p.slot} * attr_.message_size,
-                                                static_cast<std::uint32_t>(p.length))
-                                 : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
+      const ibv_sge sge =
+          staged ? ibv_sge{reinterpret_cast<std::uint64_t>(stage_base_ + std::size_t{p.slot} * stage_stride_),
+                           static_cast<std::uint32_t>(p.length), stage_lkey_}
+                 : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
       flat_wr w{.sge = sge, .imm_data = htonl(ring_.piggyback()), .opcode = IBV_WR_SEND_WITH_IMM};
       if ((ec = q0.post(w, &op, staged ? rec_staged : rec_op, staged ? p.slot : 0))) break;

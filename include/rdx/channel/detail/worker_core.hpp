@@ -8,6 +8,8 @@
 // engine they drive.
 #pragma once
 
+#include <rdx/channel/connection_attr.hpp>
+#include <rdx/channel/detail/receive_pool.hpp>
 #include <rdx/detail/thread_check.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/async_event.hpp>
@@ -32,14 +34,20 @@ namespace rdx {
 struct worker_attr {
   //! Entries of the shared completion queue; 0: the device's max_cqe, at
   //! most 65536. Every connection attached reserves queue_pairs x send_depth
-  //! + recv_depth + 1 of them, so the queue can never overflow; a connection
-  //! that does not fit is refused (errc::limit_exceeded).
+  //! + recv_depth + 1 of them (on a receive pool: queue_pairs x send_depth +
+  //! 1, and the pool its buffers), so the queue can never overflow; a
+  //! connection that does not fit is refused (errc::limit_exceeded).
   int cq_depth = 0;
   //! A completion channel and one descriptor (fd()) to sleep on: wait(), or
   //! the application's own epoll loop with arm() and ack_events().
   bool events = false;
   //! The completion vector of the shared queue (0 to the device's count - 1).
   int comp_vector = 0;
+  //! A receive pool shared by its connections (buffers 0: none, each keeps
+  //! a ring of its own). Needs the worker made from a protection domain;
+  //! its connections use that one. The pool's buffers take their share of
+  //! cq_depth, and a connection on it reserves queue_pairs x send_depth + 1.
+  receive_pool_attr pool{};
 };
 
 namespace detail {
@@ -66,7 +74,8 @@ struct resume_frame {
 
 class worker_core {
 public:
-  inline worker_core(const context& ctx, const worker_attr& attr);
+  // pd: the protection domain of its receive pool (nullptr: none may be asked for).
+  inline worker_core(const context& ctx, const worker_attr& attr, const protection_domain* pd);
   worker_core(const worker_core&) = delete;
   worker_core& operator=(const worker_core&) = delete;
   inline ~worker_core();
@@ -87,6 +96,12 @@ public:
   [[nodiscard]] const context& device_context() const noexcept { return ctx_; }
 
   // --- what its connections use ---------------------------------------------------
+  // The receive pool for a connection on pd with attr (nullptr: none); throws when they do not fit it.
+  [[nodiscard]] inline receive_pool* pool(const protection_domain& pd, const connection_attr& attr) const;
+  [[nodiscard]] receive_pool* pool() const noexcept { return pool_ ? pool_.get() : nullptr; }
+  // Posts the pool's returned buffers (one doorbell) and sends the credit
+  // reports their grants made due.
+  inline void flush_pool() noexcept;
   // Reserves a connection's completion-queue entries and lists it; throws when it does not fit.
   inline void join(engine& e, int entries);
   // Its queue pairs: completions of qp_num go to e from now on.
@@ -155,6 +170,7 @@ private:
   context ctx_;
   std::optional<completion_channel> channel_;
   completion_queue cq_;
+  std::unique_ptr<receive_pool> pool_;
   int capacity_ = 0;
   int reserved_ = 0;
   int wake_fd_ = -1;

@@ -21,7 +21,7 @@
 
 namespace rdx::detail {
 
-inline worker_core::worker_core(const context& ctx, const worker_attr& attr)
+inline worker_core::worker_core(const context& ctx, const worker_attr& attr, const protection_domain* pd)
     : ctx_(ctx.share()),
       channel_(attr.events ? std::optional<completion_channel>(std::in_place, ctx_) : std::nullopt),
       cq_([&] {
@@ -37,6 +37,21 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr)
       }()) {
   capacity_ = cq_.depth();
   rehash(64);
+  if (attr.pool.buffers != 0) {
+    if (pd == nullptr) {
+      throw_rdx(errc::invalid_argument,
+                "worker: a receive pool (worker_attr::pool.buffers = " + std::to_string(attr.pool.buffers) +
+                    ") registers memory: make the worker from a protection domain, worker(pd, attr)");
+    }
+    if (static_cast<std::int64_t>(attr.pool.buffers) + 1 > capacity_) {
+      throw_rdx(errc::limit_exceeded, "worker: its receive pool of " + std::to_string(attr.pool.buffers) +
+                                          " buffers does not fit its completion queue of " +
+                                          std::to_string(capacity_) +
+                                          " entries; make the pool smaller or cq_depth larger");
+    }
+    pool_ = std::make_unique<receive_pool>(*pd, attr.pool);
+    reserved_ = static_cast<int>(attr.pool.buffers);  // each buffer completes once before it is reposted
+  }
   device_events_ = ctx_.async_events();
   if (device_events_ != nullptr) {
     device_events_->read();  // O_NONBLOCK, before the descriptor goes in the epoll set
@@ -87,6 +102,34 @@ inline void worker_core::rehash(std::size_t size) {
     while (table_[i].key != empty_key) i = (i + 1) & mask_;
     table_[i] = s;
     ++used_;
+  }
+}
+
+inline receive_pool* worker_core::pool(const protection_domain& pd, const connection_attr& attr) const {
+  if (!pool_) return nullptr;
+  if (pd.native_handle() != pool_->pd()) {
+    throw_rdx(errc::invalid_argument,
+              "connection: the worker's receive pool is registered in another protection domain; make the "
+              "connection with the one the worker was made from");
+  }
+  if (attr.message_size > pool_->buffer_size()) {
+    throw_rdx(errc::invalid_argument,
+              "connection: message_size = " + std::to_string(attr.message_size) +
+                  " but the worker's receive pool has buffers of " + std::to_string(pool_->buffer_size()) +
+                  " bytes; use at most that, or a worker with larger pool.buffer_size");
+  }
+  return pool_.get();
+}
+
+void worker_core::flush_pool() noexcept {
+  if (!pool_) return;
+  if (std::error_code ec = pool_->flush()) [[unlikely]] {
+    // Buffers the shared queue refused are lost to every peer: all fail.
+    for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->fail(ec);
+  }
+  while (pool_share* s = pool_->next_granted()) {
+    auto* e = static_cast<engine*>(s->owner);
+    if (e->connected_ && !e->failed_ && e->ring_.grant_due()) e->report_credits();
   }
 }
 
@@ -161,7 +204,13 @@ inline void worker_core::leave(engine& e) noexcept {
   // Completions of its queue pairs still in the poll buffer go nowhere.
   for (int i = buf_head_; i < buf_count_; ++i) {
     for (const auto& q : e.qps_) {
-      if (buf_[i].qp_num() == q.qp_num()) buf_[i] = completion{};
+      if (buf_[i].qp_num() != q.qp_num()) continue;
+      // A receive's pool buffer goes back.
+      const std::uint64_t id = buf_[i].wr_id();
+      if ((id & send_queue::wr_id_tag) == 0 && pool_ && id < pool_->size()) {
+        pool_->stray(static_cast<std::uint32_t>(id));
+      }
+      buf_[i] = completion{};
     }
   }
 }
@@ -233,8 +282,13 @@ inline int worker_core::poll() noexcept {
   while (buf_head_ < buf_count_) {
     const completion c = buf_[buf_head_++];
     engine* e = find(c.qp_num());
-    if (e == nullptr) [[unlikely]]
-      continue;  // a connection that left; its queue pairs are gone
+    if (e == nullptr) [[unlikely]] {
+      // A connection that left; its queue pairs are gone. A receive's pool buffer goes back.
+      if ((c.wr_id() & send_queue::wr_id_tag) == 0 && pool_ && c.wr_id() < pool_->size() && c.qp_num() != 0) {
+        pool_->stray(static_cast<std::uint32_t>(c.wr_id()));
+      }
+      continue;
+    }
     // A send's success needs nothing at the end of the poll but its idle and
     // stall clocks restarted: done here, without the list. A receive (whose
     // buffer is reposted at the end) or a failure goes on the list.
@@ -259,6 +313,10 @@ inline int worker_core::poll() noexcept {
 // The end of the outermost poll: each connection that got completions
 // reposts its buffers with one doorbell and restarts its idle clocks.
 inline void worker_core::settle() noexcept {
+  // A receive pool's buffers first (one doorbell for every connection), so
+  // that the credits they bring are reported below.
+  if (pool_ && pool_->queued() != 0) [[unlikely]]
+    flush_pool();
   for (std::uint32_t i = 0; i < ntouched_; ++i) touched_[i]->settle();
   ntouched_ = 0;
 }
