@@ -76,6 +76,7 @@ struct options {
   bool events = false;  // sleep on completion events instead of busy polling
   std::chrono::seconds timeout{30};
   std::uint32_t clients = 1;                   // server: how many clients to serve, all at once
+  bool pool = false;                           // --clients server: one receive pool for all
   std::optional<std::uint32_t> corrupt_round;  // testing: damage one payload on purpose
 };
 
@@ -131,6 +132,10 @@ void usage(const char* argv0) {
       "                         foreign bytes) costs only its own slot. One worker holds\n"
       "                         max_cqe / 33 clients (992 on Soft-RoCE); one line per\n"
       "                         client accepted and finished (default 1)\n"
+      "      --pool             (--clients server) every client's messages in one\n"
+      "                         receive pool of the worker (a shared receive queue:\n"
+      "                         recv_depth x N buffers and a quarter more to grow by)\n"
+      "                         instead of a ring of each client's own\n"
       "  -t, --timeout SEC      limit for connecting, for a client's whole set-up and for\n"
       "                         each completion (default 30)\n"
       "  -h, --help             this text\n"
@@ -203,6 +208,8 @@ options parse_options(int argc, char** argv, bool& help) {
     } else if (r.match({"--corrupt-round"}, &v)) {
       o.corrupt_round =
           static_cast<std::uint32_t>(examples::parse_number("--corrupt-round", v, 0, 100000000));
+    } else if (r.match({"--pool"})) {
+      o.pool = true;
     } else if (r.match({"--clients"}, &v)) {
       o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 65536));
     } else if (r.match({"-t", "--timeout"}, &v)) {
@@ -223,6 +230,9 @@ options parse_options(int argc, char** argv, bool& help) {
 #if !RDX_EXAMPLES_CM
   if (o.cm) throw examples::usage_error("--cm: this pingpong was built without librdmacm (rdx::cm)");
 #endif
+  if (o.pool && o.clients < 2)
+    throw examples::usage_error(
+        "--pool is for a --clients N server (N of 2 or more): add --clients, or drop --pool");
   if (o.clients > 1 && !o.server.empty())
     throw examples::usage_error("--clients is for the server: drop it, or drop " + o.server);
   if (o.clients > 1 && o.m != mode::channel && o.m != mode::window)
@@ -1138,7 +1148,6 @@ int serve_typed_clients(const options& o) {
   rdx::context ctx = examples::open_device(o.device);
   rdx::protection_domain pd(ctx);
   const bool window = o.m == mode::window;
-  rdx::worker w(pd, rdx::worker_attr{.events = o.events});
   // A round trip has one operation in flight: 16 send-queue entries are plenty,
   // and each client reserves 16 + 16 + 1 entries of the worker's queue.
   const rdx::connection_attr attr{
@@ -1149,6 +1158,12 @@ int serve_typed_clients(const options& o) {
       .message_size = static_cast<std::uint32_t>(window ? 64 : std::max<std::size_t>(o.size, o.cm ? 64 : 1)),
       .port = o.ib_port,
       .gid_index = o.gid_index};
+  // --pool: every client's recv_depth credits from one receive pool, a
+  // quarter more for busy clients to grow by, the rest kept for joiners.
+  const std::uint32_t joining = o.clients * attr.recv_depth;
+  const rdx::receive_pool_attr pool{
+      .buffers = o.pool ? joining * 5 / 4 : 0, .buffer_size = attr.message_size, .reserve = joining};
+  rdx::worker w(pd, rdx::worker_attr{.events = o.events, .pool = pool});
   settings mine_settings{static_cast<std::uint32_t>(o.m), o.iters, o.size, 0};
   rdx::acceptor_options ao{.timeout = o.timeout, .connect = connect_opts(o)};
   ao.preamble.resize(settings_size);

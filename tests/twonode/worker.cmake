@@ -59,9 +59,10 @@ foreach(_m channel window)
     NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
           ${_pp} --${_m} -s 64 -n 200 --clients 32 -t 120 -p 18570
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18570 32 --${_m} -s 64 -n 200 -e)
+  # Event mode with the clients' messages in one receive pool (--pool).
   rdx_add_twonode_test(NAME worker_pingpong_${_m}_32_events_twonode TIMEOUT 600
     NODE0 ${_fail} 0 "'32 clients handled: 32 served, 0 failed in set-up, 0 failed after set-up'"
-          ${_pp} --${_m} -s 64 -n 200 --clients 32 -e -t 120 -p 18571
+          ${_pp} --${_m} -s 64 -n 200 --clients 32 -e --pool -t 120 -p 18571
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18571 32 --${_m} -s 64 -n 200 -e)
 endforeach()
 # release_only: the window variants over TCP. Under ASan the server's writes
