@@ -58,6 +58,7 @@ struct options {
   bool all = false;
   bool cm = false;            // rdma_cm set-up instead of the TCP exchange
   std::uint32_t clients = 1;  // server: clients served at once, each on its own slice
+  bool pool = false;          // server: every client's messages in one receive pool
   std::chrono::seconds timeout{30};
 };
 
@@ -86,6 +87,9 @@ void usage(const char* argv0) {
       "                        its own connection (all on one rdx::worker) with a grant\n"
       "                        of its own slice of N x -n records; one line per client\n"
       "                        (default 1)\n"
+      "      --pool            (server) every client's messages in one receive pool of\n"
+      "                        the worker (a shared receive queue) instead of a ring\n"
+      "                        of each client's own\n"
       "  -a, --all             touch every record, however many (slow under TCG)\n"
       "  -t, --timeout SEC     limit for connecting and each operation (default 30)\n"
       "  -h, --help            this text\n"
@@ -228,7 +232,13 @@ int serve(const options& o) {
     recs[i].version = 0;
     set_value(recs[i], initial_value(i % o.records));
   }
-  rdx::worker w(pd, rdx::worker_attr{.events = true});
+  // --pool: every client's recv_depth credits from one receive pool, a
+  // quarter more for busy clients to grow by, the rest kept for joiners.
+  const rdx::connection_attr attr = attr_of(o);
+  const std::uint32_t joining = o.clients * attr.recv_depth;
+  const rdx::receive_pool_attr pool{
+      .buffers = o.pool ? joining * 5 / 4 : 0, .buffer_size = attr.message_size, .reserve = joining};
+  rdx::worker w(pd, rdx::worker_attr{.events = true, .pool = pool});
   std::printf("kv_window server: %u records of %zu bytes for each of %u client(s) on %s%s, one thread\n",
               o.records, sizeof(record), o.clients, ctx.name().c_str(), o.cm ? " (rdma_cm)" : "");
 
@@ -457,6 +467,8 @@ int main(int argc, char** argv) {
         o.port = static_cast<std::uint16_t>(examples::parse_number("--port", v, 1, 65535));
       } else if (r.match({"--cm"})) {
         o.cm = true;
+      } else if (r.match({"--pool"})) {
+        o.pool = true;
       } else if (r.match({"--clients"}, &v)) {
         o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 65536));
       } else if (r.match({"-t", "--timeout"}, &v)) {
@@ -470,6 +482,8 @@ int main(int argc, char** argv) {
     }
     if (o.clients > 1 && !o.server.empty())
       throw examples::usage_error("--clients is for the server: drop it, or drop " + o.server);
+    if (o.pool && !o.server.empty())
+      throw examples::usage_error("--pool is for the server: drop it, or drop " + o.server);
 #if !RDX_EXAMPLES_CM
     if (o.cm) throw examples::usage_error("--cm: this kv_window was built without librdmacm (rdx::cm)");
 #endif

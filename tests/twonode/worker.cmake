@@ -87,5 +87,5 @@ endif()
 # by rdx::acceptor while the others are served; 32 client processes at once
 # over TCP, each on its own slice of the table, both sides checking it.
 rdx_add_twonode_test(NAME worker_kv_window_32_twonode TIMEOUT 600
-  NODE0 ${_fail} 0 "'server: 32 of 32 clients passed'" $<TARGET_FILE:kv_window> --clients 32 -n 32
+  NODE0 ${_fail} 0 "'server: 32 of 32 clients passed'" $<TARGET_FILE:kv_window> --clients 32 --pool -n 32
   NODE1 ${CMAKE_CURRENT_LIST_DIR}/kv_window_clients.sh $<TARGET_FILE:kv_window> 32 $RDX_PEER_ADDR -n 32)
