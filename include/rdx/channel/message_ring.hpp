@@ -131,14 +131,10 @@ public:
     if (queued_ == 0) return detail::no_error();
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
-    for (std::uint32_t k = 0; k + 1 < n; ++k)
-      chain_[repost_[k]].native().next = &chain_[repost_[k + 1]].native();
-    chain_[repost_[n - 1]].native().next = nullptr;
     ibv_recv_wr* bad = nullptr;
-    const std::error_code ec = qp.post_recv_linked(chain_[repost_[0]], bad);
+    const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), bad);
     if (ec) {
-      std::uint32_t k = 0;
-      while (k < n && &chain_[repost_[k]].native() != bad) ++k;
+      const std::uint32_t k = receives_before(chain_.get(), repost_.get(), n, bad);
       posted_now = k < n ? k : 0;  // a refusal that names no request of the chain: none counted
     } else {
       posted_now = n;

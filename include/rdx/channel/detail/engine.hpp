@@ -143,6 +143,13 @@ protected:
 
   // w: the worker whose completion queue it shares; nullptr: a queue of its own.
   inline engine(std::shared_ptr<worker_core> w, const protection_domain& pd, const connection_attr& attr);
+  // Its ring: a part of w's receive pool when w has one (checked against it), else its own.
+  static message_ring make_ring(worker_core* w, const protection_domain& pd, const connection_attr& attr,
+                                engine* self) {
+    receive_pool* pool = w != nullptr ? w->pool(pd, attr) : nullptr;
+    return pool != nullptr ? message_ring(pd, *pool, attr.recv_depth, attr.message_size, self)
+                           : message_ring(pd, attr.recv_depth, attr.message_size);
+  }
   ~engine() = default;
 
   [[nodiscard]] inline connection_info local_info() const;
@@ -390,9 +397,7 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                     ctx_, completion_queue_attr{.depth = static_cast<int>(attr.queue_pairs * attr.send_depth +
                                                                           attr.recv_depth + 1),
                                                 .channel = channel_ ? &*channel_ : nullptr})),
-      ring_(worker_ != nullptr && worker_->pool(pd, attr) != nullptr
-                ? message_ring(pd, *worker_->pool(pd, attr), attr.recv_depth, attr.message_size, this)
-                : message_ring(pd, attr.recv_depth, attr.message_size)),
+      ring_(make_ring(worker_, pd, attr, this)),
       staging_(ring_.pool() != nullptr
                    ? std::nullopt
                    : std::optional<registered_buffer<std::byte>>(

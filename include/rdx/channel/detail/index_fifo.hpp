@@ -3,6 +3,8 @@
 // and 32-bit serial-number order.
 #pragma once
 
+#include <rdx/verbs/work_request.hpp>
+
 #include <bit>
 #include <cstdint>
 #include <memory>
@@ -39,5 +41,21 @@ struct rx_entry {
   void* lent = nullptr;   // the message_view that holds the buffer, if one does
   void* owner = nullptr;  // in a receive pool: the connection's share whose message it holds
 };
+
+// Links the receives chain[order[0]] .. chain[order[n - 1]] (n > 0) into
+// one list in that order, for one ibv_post_recv or ibv_post_srq_recv.
+inline recv_wr& link_receives(recv_wr* chain, const std::uint32_t* order, std::uint32_t n) noexcept {
+  for (std::uint32_t k = 0; k + 1 < n; ++k) chain[order[k]].native().next = &chain[order[k + 1]].native();
+  chain[order[n - 1]].native().next = nullptr;
+  return chain[order[0]];
+}
+// How many of a linked list's receives were posted before bad, the one the
+// provider refused (n when bad names none of them).
+[[nodiscard]] inline std::uint32_t receives_before(const recv_wr* chain, const std::uint32_t* order,
+                                                   std::uint32_t n, const ibv_recv_wr* bad) noexcept {
+  std::uint32_t k = 0;
+  while (k < n && &chain[order[k]].native() != bad) ++k;
+  return k;
+}
 
 }  // namespace rdx::detail

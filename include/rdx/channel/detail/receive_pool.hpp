@@ -84,12 +84,12 @@ public:
         stride_(a.buffer_size),
         srq_(pd, shared_receive_queue_attr{.max_wr = a.buffers}),
         buf_(pd, std::size_t{a.buffers} * a.buffer_size),
-        stage_(pd, std::size_t{a.staging != 0 ? a.staging : a.buffers} * a.buffer_size),
+        stage_(pd, std::size_t{staging_count(a)} * a.buffer_size),
         rx_(std::make_unique<rx_entry[]>(a.buffers)),
         chain_(std::make_unique<recv_wr[]>(a.buffers)),
         repost_(std::make_unique<std::uint32_t[]>(a.buffers)),
         credit_(std::make_unique<pool_share*[]>(a.buffers)),
-        free_stage_(a.staging != 0 ? a.staging : a.buffers),
+        free_stage_(staging_count(a)),
         pd_handle_(pd.native_handle()),
         reserve_(a.reserve != ~0u ? a.reserve : a.buffers / 4) {
     for (std::uint32_t i = 0; i < size_; ++i) {
@@ -98,8 +98,7 @@ public:
       repost_[queued_] = i;
       credit_[queued_++] = nullptr;
     }
-    const std::uint32_t nstage = a.staging != 0 ? a.staging : a.buffers;
-    for (std::uint32_t i = 0; i < nstage; ++i) free_stage_.push(i);
+    for (std::uint32_t i = 0; i < staging_count(a); ++i) free_stage_.push(i);
     if (std::error_code ec = flush()) throw error(ec, "worker: posting its receive pool");
   }
   receive_pool(const receive_pool&) = delete;
@@ -117,12 +116,9 @@ public:
   [[nodiscard]] index_fifo& free_staging() noexcept { return free_stage_; }
   [[nodiscard]] std::byte* staging_base() const noexcept { return stage_.data(); }
   [[nodiscard]] std::uint32_t staging_lkey() const noexcept { return stage_.region().lkey(); }
-  // Buffers posted and promised to no peer; free staging buffers.
+  // Buffers posted and promised to no peer.
   [[nodiscard]] std::int64_t available() const noexcept { return avail_; }
-  [[nodiscard]] std::uint32_t posted() const noexcept { return posted_; }
   [[nodiscard]] std::uint64_t doorbells() const noexcept { return doorbells_; }
-  // Registrations it holds (buffers and staging).
-  static constexpr int registrations = 2;
 
   // A connection joins with depth credits for its peer; refused when fewer are free.
   void join(pool_share& s, std::uint32_t depth, void* owner) {
@@ -177,18 +173,11 @@ public:
   [[nodiscard]] std::error_code flush() noexcept {
     if (queued_ == 0) return no_error();
     const std::uint32_t n = std::exchange(queued_, 0);
-    for (std::uint32_t k = 0; k + 1 < n; ++k)
-      chain_[repost_[k]].native().next = &chain_[repost_[k + 1]].native();
-    chain_[repost_[n - 1]].native().next = nullptr;
     ibv_recv_wr* bad = nullptr;
     ++doorbells_;
-    const int rc = ::ibv_post_srq_recv(srq_.native_handle(), &chain_[repost_[0]].native(), &bad);
-    std::uint32_t ok = n;
-    if (rc != 0) {
-      ok = 0;
-      while (ok < n && &chain_[repost_[ok]].native() != bad) ++ok;
-    }
-    posted_ += ok;
+    const int rc = ::ibv_post_srq_recv(srq_.native_handle(),
+                                       &link_receives(chain_.get(), repost_.get(), n).native(), &bad);
+    const std::uint32_t ok = rc == 0 ? n : receives_before(chain_.get(), repost_.get(), n, bad);
     for (std::uint32_t k = 0; k < ok; ++k) {
       rx_[repost_[k]].posted = true;
       ++avail_;
@@ -203,10 +192,7 @@ public:
     return {rc > 0 ? rc : EINVAL, std::generic_category()};
   }
   // A receive completion took a posted buffer.
-  void taken(std::uint32_t i) noexcept {
-    rx_[i].posted = false;
-    --posted_;
-  }
+  void taken(std::uint32_t i) noexcept { rx_[i].posted = false; }
   // A message for a connection that gives no credits any more (failed or
   // gone) took buffer i: its credit went back to the free count when the
   // connection retired, so the buffer is taken from there, and goes back.
@@ -233,6 +219,9 @@ public:
   }
 
 private:
+  static std::uint32_t staging_count(const receive_pool_attr& a) noexcept {
+    return a.staging != 0 ? a.staging : a.buffers;
+  }
   static std::uint32_t check(const protection_domain& pd, const receive_pool_attr& a) {
     const std::string obj = "worker: receive pool on " + pd.device_context().name() + ": ";
     if (a.buffer_size == 0) throw_rdx(errc::invalid_argument, obj + "buffer_size = 0, need at least 1");
@@ -328,7 +317,6 @@ private:
   ibv_pd* pd_handle_;
   std::int64_t avail_ = 0;  // posted and promised to nobody (below 0: a peer overran)
   std::int64_t reserve_;    // free buffers no peer grows into (kept for joining peers)
-  std::uint32_t posted_ = 0;
   std::uint64_t doorbells_ = 0;
   pool_share* hungry_ = nullptr;
   pool_share* hungry_tail_ = nullptr;

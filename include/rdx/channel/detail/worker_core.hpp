@@ -102,6 +102,8 @@ public:
   // Posts the pool's returned buffers (one doorbell) and sends the credit
   // reports their grants made due.
   inline void flush_pool() noexcept;
+  // A completion of a connection no longer here: a receive's pool buffer goes back.
+  [[gnu::cold]] inline void return_stray(const completion& c) noexcept;
   // Reserves a connection's completion-queue entries and lists it; throws when it does not fit.
   inline void join(engine& e, int entries);
   // Its queue pairs: completions of qp_num go to e from now on.

@@ -121,6 +121,13 @@ inline receive_pool* worker_core::pool(const protection_domain& pd, const connec
   return pool_.get();
 }
 
+void worker_core::return_stray(const completion& c) noexcept {
+  const std::uint64_t id = c.wr_id();
+  if (pool_ && (id & send_queue::wr_id_tag) == 0 && id < pool_->size()) {
+    pool_->stray(static_cast<std::uint32_t>(id));
+  }
+}
+
 void worker_core::flush_pool() noexcept {
   if (!pool_) return;
   if (std::error_code ec = pool_->flush()) [[unlikely]] {
@@ -205,11 +212,7 @@ inline void worker_core::leave(engine& e) noexcept {
   for (int i = buf_head_; i < buf_count_; ++i) {
     for (const auto& q : e.qps_) {
       if (buf_[i].qp_num() != q.qp_num()) continue;
-      // A receive's pool buffer goes back.
-      const std::uint64_t id = buf_[i].wr_id();
-      if ((id & send_queue::wr_id_tag) == 0 && pool_ && id < pool_->size()) {
-        pool_->stray(static_cast<std::uint32_t>(id));
-      }
+      return_stray(buf_[i]);
       buf_[i] = completion{};
     }
   }
@@ -283,10 +286,8 @@ inline int worker_core::poll() noexcept {
     const completion c = buf_[buf_head_++];
     engine* e = find(c.qp_num());
     if (e == nullptr) [[unlikely]] {
-      // A connection that left; its queue pairs are gone. A receive's pool buffer goes back.
-      if ((c.wr_id() & send_queue::wr_id_tag) == 0 && pool_ && c.wr_id() < pool_->size() && c.qp_num() != 0) {
-        pool_->stray(static_cast<std::uint32_t>(c.wr_id()));
-      }
+      // A connection that left (its queue pairs are gone), or an entry its leaving blanked (0).
+      if (c.qp_num() != 0) return_stray(c);
       continue;
     }
     // A send's success needs nothing at the end of the poll but its idle and
