@@ -84,29 +84,33 @@ struct options {
   unsigned iterations = 256;
   unsigned warmup = 32;
   unsigned peers = 0;  // 0: rdx's connections own their queues; N: on two workers with N - 1 other pairs
+  bool pool = false;   // the workers' connections on a receive pool (with --peers)
   bool ucx = false;    // the UCX twins of window_write and channel_64 too
   std::vector<std::string> only;
 };
 
 [[noreturn]] void usage(int rc) {
   std::FILE* f = rc == 0 ? stdout : stderr;
-  std::fprintf(f,
-               "usage: rdx_cost_model [--iterations N] [--warmup N] [--peers N] [--only OP[,OP...]]\n"
-               "User-space instructions per operation, rdx against plain verbs, on the\n"
-               "first RDMA device (loopback: both ends in this process). Run it under\n"
-               "callgrind through bench/cost_model.sh, which prints the table; alone it\n"
-               "runs the same operations and checks their results.\n"
-               "  --iterations N   measured operations per pass (default 256)\n"
-               "  --warmup N       unmeasured operations before each pass (default 32)\n"
-               "  --ucx            also UCX's twins of window_write (ucp_put_nbx and its flush)\n"
-               "                   and channel_64 (ucp_am_send_nbx and its handler)\n"
-               "  --peers N        rdx's connections on two workers (rdx::worker), each with\n"
-               "                   N - 1 other connections attached, idle; the operations are\n"
-               "                   named OP@N (default: connections of their own, no worker)\n"
-               "  --only OPS       these operations only: build, post, post_extended, poll,\n"
-               "                   window_write, window_read, fetch_add, compare_swap,\n"
-               "                   channel_64, channel_4k, channel_4k_zero_copy\n"
-               "  -h, --help       this text\n");
+  std::fprintf(
+      f,
+      "usage: rdx_cost_model [--iterations N] [--warmup N] [--peers N [--pool]] [--only OP[,OP...]]\n"
+      "User-space instructions per operation, rdx against plain verbs, on the\n"
+      "first RDMA device (loopback: both ends in this process). Run it under\n"
+      "callgrind through bench/cost_model.sh, which prints the table; alone it\n"
+      "runs the same operations and checks their results.\n"
+      "  --iterations N   measured operations per pass (default 256)\n"
+      "  --warmup N       unmeasured operations before each pass (default 32)\n"
+      "  --ucx            also UCX's twins of window_write (ucp_put_nbx and its flush)\n"
+      "                   and channel_64 (ucp_am_send_nbx and its handler)\n"
+      "  --peers N        rdx's connections on two workers (rdx::worker), each with\n"
+      "                   N - 1 other connections attached, idle; the operations are\n"
+      "                   named OP@N (default: connections of their own, no worker)\n"
+      "  --pool           with --peers: each worker has a receive pool and every\n"
+      "                   connection's receives and send staging are on it (OP@Npool)\n"
+      "  --only OPS       these operations only: build, post, post_extended, poll,\n"
+      "                   window_write, window_read, fetch_add, compare_swap,\n"
+      "                   channel_64, channel_4k, channel_4k_zero_copy\n"
+      "  -h, --help       this text\n");
   std::exit(rc);
 }
 
@@ -138,6 +142,8 @@ options parse(int argc, char** argv) {
       o.warmup = number(val());
     } else if (a == "--peers") {
       o.peers = number(val());
+    } else if (a == "--pool") {
+      o.pool = true;
     } else if (a == "--ucx") {
 #if RDX_COST_UCX
       o.ucx = true;
@@ -165,6 +171,10 @@ options parse(int argc, char** argv) {
       std::fprintf(stderr, "rdx_cost_model: unknown option %s\n", a.c_str());
       usage(2);
     }
+  }
+  if (o.pool && o.peers == 0) {
+    std::fprintf(stderr, "rdx_cost_model: --pool needs --peers N (the pool is a worker's)\n");
+    usage(2);
   }
   return o;
 }
@@ -200,15 +210,17 @@ struct raw_end {
 
 // Both twins, set up once.
 struct fixture {
-  explicit fixture(unsigned peers)
+  fixture(unsigned peers, bool pool)
       : ctx(rdx::context::open_default()),
         pd(ctx),
         a(pd),
         b(pd),
         xa(pd, rdx::post_api::extended),
         xb(pd, rdx::post_api::extended),
-        wa(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
-        wb(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd) : std::nullopt),
+        wa(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd, worker_attr(peers, pool))
+                      : std::nullopt),
+        wb(peers != 0 ? std::optional<rdx::worker>(std::in_place, pd, worker_attr(peers, pool))
+                      : std::nullopt),
         pca(wa ? std::make_unique<rdx::connection>(*wa, pd, attr())
                : std::make_unique<rdx::connection>(pd, attr())),
         pcb(wb ? std::make_unique<rdx::connection>(*wb, pd, attr())
@@ -241,6 +253,15 @@ struct fixture {
   static rdx::connection_attr attr() {
     return rdx::connection_attr{
         .recv_depth = 64, .message_size = 4096, .keepalive = 0ms, .stall_timeout = 0ms};
+  }
+
+  // With a pool: room for the measured connection's ring (recv_depth 64),
+  // each idle peer's (4), and the pool's reserve for joining peers (a
+  // quarter); buffers of the measured pair's message size.
+  static rdx::worker_attr worker_attr(unsigned peers, bool pool) {
+    rdx::worker_attr w;
+    if (pool) w.pool = {.buffers = 2 * 64 + 8 * peers, .buffer_size = 4096};
+    return w;
   }
 
   // An idle peer: small rings, timers off as for the measured pair.
@@ -283,7 +304,8 @@ struct fixture {
 // completion was not there yet (late), and a pass with a late one is rerun.
 class runner {
 public:
-  explicit runner(const options& o) : o_(o), suffix_(o.peers != 0 ? "@" + std::to_string(o.peers) : "") {}
+  explicit runner(const options& o)
+      : o_(o), suffix_(o.peers != 0 ? "@" + std::to_string(o.peers) + (o.pool ? "pool" : "") : "") {}
 
   bool wanted(const std::string& op) const {
     if (o_.only.empty()) return true;
@@ -373,7 +395,7 @@ void check(std::error_code ec, const char* what) {
 }
 
 void run(const options& o) {
-  fixture f(o.peers);
+  fixture f(o.peers, o.pool);
   runner r(o);
   raw_end& a = f.a;
   raw_end& b = f.b;

@@ -4,7 +4,7 @@
 #   rdx-dev_<version>_all.deb      install component dev: the headers, the CMake
 #                                  package (share/cmake/rdx) and rdx.pc; needs
 #                                  libibverbs-dev, recommends librdmacm-dev (cm),
-#                                  suggests libssl-dev (auth)
+#                                  suggests libssl-dev (auth) and libpmix-dev (pmix)
 #   rdx-tools_<version>_<arch>.deb install component tools: the example programs
 #                                  and rdx-doctor, as rdx-* in bin; its Depends
 #                                  come from dpkg-shlibdeps (dpkg-dev, file)
@@ -84,15 +84,16 @@ set(CPACK_DEBIAN_DEV_PACKAGE_ARCHITECTURE all)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libibverbs-dev")
 set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "librdmacm-dev")
-set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libssl-dev (>= 3.0)")
+set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libssl-dev (>= 3.0), libpmix-dev")
 set(CPACK_DEBIAN_DEV_PACKAGE_SHLIBDEPS OFF)
 set(CPACK_DEBIAN_DEV_DESCRIPTION
 "header-only C++20 RDMA library: headers, CMake and pkg-config files
 rdx wraps libibverbs in move-only owners and typed channels, with rdma_cm
 connection set-up (rdx::cm, with librdmacm-dev), pre-shared-key
-authentication (rdx::auth, with libssl-dev) and GPUDirect RDMA (rdx::cuda).
+authentication (rdx::auth, with libssl-dev), a job's ranks from a PMIx
+launcher (rdx::pmix, with libpmix-dev) and GPUDirect RDMA (rdx::cuda).
 This package holds the headers, the CMake package, for
-find_package(rdx CONFIG COMPONENTS cm auth cuda), and rdx.pc for pkg-config.")
+find_package(rdx CONFIG COMPONENTS cm auth pmix cuda), and rdx.pc for pkg-config.")
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME rdx-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION net)

@@ -75,9 +75,10 @@ struct options {
   bool cm = false;      // connect through rdma_cm instead of the TCP exchange
   bool events = false;  // sleep on completion events instead of busy polling
   std::chrono::seconds timeout{30};
-  std::uint32_t clients = 1;                   // server: how many clients to serve, all at once
-  bool pool = false;                           // --clients server: one receive pool for all
-  std::optional<std::uint32_t> corrupt_round;  // testing: damage one payload on purpose
+  std::optional<std::chrono::milliseconds> ack_timeout;  // --ack-timeout: the local ACK timeout
+  std::uint32_t clients = 1;                             // server: how many clients to serve, all at once
+  bool pool = false;                                     // --clients server: one receive pool for all
+  std::optional<std::uint32_t> corrupt_round;            // testing: damage one payload on purpose
 };
 
 void usage(const char* argv0) {
@@ -138,6 +139,10 @@ void usage(const char* argv0) {
       "                         instead of a ring of each client's own\n"
       "  -t, --timeout SEC      limit for connecting, for a client's whole set-up and for\n"
       "                         each completion (default 30)\n"
+      "      --ack-timeout MS   how long the NIC waits for an ACK before it resends,\n"
+      "                         rounded up to what the verbs can express (4.096 us x\n"
+      "                         2^code; the line printed says what it became); a request\n"
+      "                         still unanswered after 7 of them fails (default 67 ms)\n"
       "  -h, --help             this text\n"
       "\n"
       "Testing:\n"
@@ -214,6 +219,8 @@ options parse_options(int argc, char** argv, bool& help) {
       o.clients = static_cast<std::uint32_t>(examples::parse_number("--clients", v, 1, 65536));
     } else if (r.match({"-t", "--timeout"}, &v)) {
       o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
+    } else if (r.match({"--ack-timeout"}, &v)) {
+      o.ack_timeout = std::chrono::milliseconds(examples::parse_number("--ack-timeout", v, 1, 3600000));
     } else if (r.peek().starts_with("-") && r.peek().size() > 1) {
       throw examples::usage_error("unknown option " + std::string(r.peek()));
     } else {
@@ -543,6 +550,7 @@ void print_local(const resources& r, const char* role, const options& o) {
 rdx::connect_options connect_opts(const options& o) {
   rdx::connect_options c;
   c.max_mtu = o.mtu.value_or(o.rc_compat ? rdx::rc_pingpong::default_mtu : IBV_MTU_4096);
+  if (o.ack_timeout) (void)c.set_ack_timeout(*o.ack_timeout);
   return c;
 }
 
@@ -1342,6 +1350,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (o.ack_timeout) {
+      std::printf("retransmission: %s\n", rdx::retransmission_summary(connect_opts(o)).c_str());
+    }
     if (o.m == mode::channel || o.m == mode::window)
       return o.clients > 1 ? serve_typed_clients(o) : run_typed(o);
     return o.rc_compat ? run_rc_compat(o) : run_native(o);

@@ -3,7 +3,9 @@
 # configure, build the cuda tests, tools and gpu_pingpong, run the cuda and
 # topology tests, print the GPUDirect probe and the topology from the real
 # sysfs, measure the staging pipeline against plain cudaMemcpy, and end with a
-# short table. Logs go to $OUT (default out/gpu-check).
+# short table. Same-host GPU peers too: the two-process tests, compute-sanitizer
+# over both processes, and the window figures against an in-process
+# cudaMemcpyAsync (cuda_same_host_bench). Logs go to $OUT (default out/gpu-check).
 #
 #   scripts/gpu-check.sh               # from the repository root
 #   BUILD=build-gpu MIB=1024 REPS=7 scripts/gpu-check.sh
@@ -16,7 +18,7 @@ OUT=${OUT:-$ROOT/out/gpu-check}
 BUILD=${BUILD:-$ROOT/build-gpu}
 MIB=${MIB:-1024}
 REPS=${REPS:-7}
-CHUNKS_KIB=${CHUNKS_KIB:-"1024 4096 16384"}
+CHUNKS_KIB=${CHUNKS_KIB:-"1024 4096 16384 0"}  # 0: the default options
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
@@ -56,7 +58,8 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 
 echo "== configure and build" | tee "$OUT/build.log"
 targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
-         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor)
+         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor
+         cuda_same_host_test cuda_same_host_bench cuda_same_host_choice_test)
 if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
      -DRDX_CUDA=ON -DRDX_WARNINGS_AS_ERRORS=ON -DRDX_BUILD_BENCHMARKS=OFF >>"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -70,7 +73,9 @@ fi
 
 echo "== tests"
 (cd "$BUILD" && ctest -R '^cuda_' -LE rdma --output-on-failure -V) >"$OUT/ctest.log" 2>&1
-for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test; do
+for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test \
+         cuda_same_host_choice_test cuda_same_host_vmm cuda_same_host_legacy cuda_same_host_exporter_exit \
+         cuda_same_host_grant_refused cuda_same_host_same_process; do
   line=$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $t " "$OUT/ctest.log" | tail -1)
   if [[ $line == *Passed* ]]; then r="passed"
   elif [[ $line == *Skipped* || $line == *"Not Run"* ]]; then r="skipped: $(grep -m1 -o "$t: SKIP: .*" "$OUT/ctest.log" | sed "s/^$t: SKIP: //" | cut -c1-80)"
@@ -86,6 +91,13 @@ if [[ -n $SAN ]]; then
     "$SAN" --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >>"$OUT/ctest.log" 2>&1
     rc=$?
     row "memcheck $t" "$([[ $rc == 0 ]] && echo clean || echo "FAILED (exit $rc)")"
+  done
+  # Both processes of each same-host case (the test starts its peer itself).
+  for c in vmm legacy exporter_exit; do
+    "$SAN" --tool memcheck --target-processes all --error-exitcode 9 "$BUILD/tests/cuda/cuda_same_host_test" "$c" \
+      >>"$OUT/sanitizer-same-host.log" 2>&1
+    rc=$?
+    row "memcheck cuda_same_host_test $c (both)" "$([[ $rc == 0 ]] && echo clean || echo "FAILED (exit $rc)")"
   done
 else
   row "memcheck" "compute-sanitizer not installed"
@@ -109,13 +121,14 @@ cat "$OUT/doctor.log"
 # What the doctor must say, from what the machine has: peermem as sysfs shows it, no NIC.
 peermem=absent
 [[ -e /sys/kernel/mm/memory_peers/nv_mem/version || -e /sys/module/nvidia_peermem/version ]] && peermem=loaded
-python3 "$ROOT/tests/doctor/check.py" --exit 1 --status devices=error --status gpu=warning --fact gpu.nic= \
+python3 "$ROOT/tests/doctor/check.py" --exit 1 --status devices=error --status gpu=warning --status gpu.peers=ok --fact gpu.nic= \
   --fact gpu.peermem=$peermem --fact gpu.best_path=staged --fact gpu.kernel_dmabuf_mr=unknown \
   --text 'gpu=no RDMA device on this host' -- "$BUILD/tools/rdx-doctor" --json --check devices,gpu \
   >"$OUT/doctor-check.log" 2>&1
 rc=$?
 cat "$OUT/doctor-check.log"
 "$BUILD/tools/rdx-doctor" --json --check devices,gpu >"$OUT/doctor.json" 2>/dev/null
+row "rdx-doctor same-host facts" "$(grep -o '"shareable_posix_fd":"[a-z]*"' "$OUT/doctor.json" | head -1) $(grep -o '"gpu_pairs":"[0-9]*"' "$OUT/doctor.json" | head -1)"
 row "rdx-doctor --check devices,gpu (checked)" "$([[ $rc == 0 ]] && echo "as expected: peermem $peermem, no NIC, $(grep -o '"dma_buf_export":"[a-z]*"' "$OUT/doctor.json" | head -1)" || echo FAILED)"
 
 echo "== staging throughput vs plain cudaMemcpy"
@@ -129,13 +142,31 @@ while read -r l; do
   row "  ${l%%D2H*}" "D2H${l#*D2H}"
 done < <(grep '^RESULT' "$OUT/throughput.log" | sed 's/^RESULT //')
 
-# A smaller transfer at the default chunk and depth, for the record.
-cmd2="$BUILD/tests/cuda/cuda_staging_throughput 256 $REPS 4096"
+# Smaller transfers at the default options (chunks sized by chunk_for), for the record.
+for m in 16 64; do
+  cmd3="$BUILD/tests/cuda/cuda_staging_throughput $m $REPS 0"
+  echo "\$ $cmd3" | tee -a "$OUT/throughput.log"
+  while read -r l; do
+    row "  $m MiB ${l%%D2H*}" "D2H${l#*D2H}"
+  done < <($cmd3 2>&1 | tee -a "$OUT/throughput.log" | grep -E '^RESULT (staged.*depth 2|plain)' | sed 's/^RESULT //')
+done
+# A smaller transfer at a 4 MiB chunk (the old default) and the default, for the record.
+cmd2="$BUILD/tests/cuda/cuda_staging_throughput 256 $REPS 4096 0"
 echo "\$ $cmd2" | tee -a "$OUT/throughput.log"
 $cmd2 2>&1 | grep -E 'RESULT staged.*depth 2|RESULT plain' | sed 's/^RESULT /RESULT256 /' | tee -a "$OUT/throughput.log"
 while read -r l; do
   row "  256 MiB ${l%%D2H*}" "D2H${l#*D2H}"
 done < <(grep '^RESULT256' "$OUT/throughput.log" | sed 's/^RESULT256 //')
+
+echo "== same-host window between two processes on one GPU vs in-process cudaMemcpyAsync"
+cmd="$BUILD/tests/cuda/cuda_same_host_bench"
+echo "\$ $cmd" | tee "$OUT/same-host.log"
+$cmd 2>&1 | tee -a "$OUT/same-host.log"
+rc=${PIPESTATUS[0]}
+row "cuda_same_host_bench (1 GiB each side)" "exit $rc"
+while read -r l; do
+  row "  ${l:0:40}" "${l:40}"
+done < <(grep '^RESULT' "$OUT/same-host.log" | sed 's/^RESULT //')
 
 echo "== gpu_pingpong"
 "$BUILD/examples/gpu_pingpong/gpu_pingpong" --size 256M --iters 5 >"$OUT/pingpong.log" 2>&1
@@ -145,6 +176,23 @@ row "gpu_pingpong --size 256M --iters 5" "exit $rc; $(grep -m1 -o 'latency.*GB/s
 "$BUILD/examples/gpu_pingpong/gpu_pingpong" --size 1M --iters 2 --path direct >>"$OUT/pingpong.log" 2>&1
 rc=$?
 row "gpu_pingpong --path direct (no RDMA device)" "exit $rc ($(case $rc in 1) echo 'refused, as it must';; 77) echo 'skipped: no GPU';; *) echo UNEXPECTED;; esac))"
+
+echo "== gpu_pingpong --same-host (two processes of this host, no NIC)"
+for args in "--size 256M --iters 20" "--size 256M --iters 20 --sm-copy" "--size 4K --iters 1000 --warmup 100"; do
+  sock="@rdx-gpu-check-$$-$RANDOM"
+  # shellcheck disable=SC2086
+  "$BUILD/examples/gpu_pingpong/gpu_pingpong" --same-host "$sock" $args >>"$OUT/pingpong-same-host.log" 2>&1 &
+  server=$!
+  # shellcheck disable=SC2086
+  "$BUILD/examples/gpu_pingpong/gpu_pingpong" --same-host "$sock" --connect local $args \
+    >"$OUT/pingpong-client.log" 2>&1
+  rc=$?
+  wait "$server"
+  src=$?
+  cat "$OUT/pingpong-client.log" >>"$OUT/pingpong-same-host.log"
+  cat "$OUT/pingpong-client.log"
+  row "gpu_pingpong --same-host $args" "exit $rc/$src; $(grep -m1 -o 'latency.*GB/s' "$OUT/pingpong-client.log")"
+done
 
 echo
 echo "== summary (logs in $OUT)"

@@ -6,10 +6,13 @@
 #   sudo scripts/quickstart.sh test       install what is missing, build, and run
 #                                         the whole test suite with a summary
 #
-# Both install only the Debian packages that are missing, configure and build
-# the release preset (build/release), and use the machine's RDMA device when it
-# has one, else Soft-RoCE VMs (cmake/softroce/rdx-vm; the kernel package is
-# downloaded once into ${RDX_SOFTROCE_CACHE:-~/.cache/rdx-softroce}).
+# Both install only the Debian packages that are missing (pingpong: those the
+# build and the VMs need; test adds its own) and configure the release preset
+# (build/release). pingpong then builds only examples/pingpong, the one program
+# it runs (the VM runner is a script: nothing of it is built); test builds
+# every target. Both use the machine's RDMA device when it has one, else
+# Soft-RoCE VMs (cmake/softroce/rdx-vm; the kernel package is downloaded once
+# into ${RDX_SOFTROCE_CACHE:-~/.cache/rdx-softroce}).
 #
 # Environment:
 #   RDX_PINGPONG   auto (default: rdx's examples/pingpong once built, else
@@ -29,7 +32,8 @@ JOBS="${JOBS:-$(nproc)}"
 RDX_VM="$ROOT/cmake/softroce/rdx-vm"
 
 # What the build and the Soft-RoCE VMs need (enough for the ping-pong), and
-# what the whole test suite adds (sanitizers, fuzzing, benchmarks, docs, UCX).
+# what the whole test suite adds (sanitizers, fuzzing, benchmarks, docs, UCX,
+# mpirun and PMIx).
 PACKAGES=(
   build-essential file cmake ninja-build pkg-config catch2 libxxhash-dev
   libibverbs-dev librdmacm-dev libssl-dev rdma-core ibverbs-utils ibverbs-providers rdmacm-utils
@@ -37,6 +41,7 @@ PACKAGES=(
 )
 TEST_PACKAGES=(
   libbenchmark-dev python3-matplotlib perftest clang-14 libclang-rt-14-dev clang-format doxygen valgrind libucx-dev
+  openmpi-bin libpmix-dev
 )
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -109,7 +114,7 @@ configure_and_build() {
   cmake --preset "$PRESET" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
   grep -E '^-- rdx:' "$BUILD.configure.log" || true
   if ((${#targets[@]} > 0)); then
-    what="only ${targets[*]} (scripts/quickstart.sh test builds everything)"
+    what="only ${targets[*]}, the program this command runs (the VMs need nothing built; scripts/quickstart.sh test builds every target)"
     targets=(--target "${targets[@]}")
   fi
   cmake --build --preset "$PRESET" -j "$JOBS" "${targets[@]}" -- -k 0 >"$BUILD.build.log" 2>&1 ||
@@ -140,7 +145,8 @@ setup() {
   fi
   log "configure and build (preset $PRESET)"
   if [[ "$1" == pingpong ]]; then
-    # The ping-pong runs one program: build that alone.
+    # The ping-pong runs one program: build that alone, not the tests,
+    # benchmarks and tools.
     configure_and_build pingpong
   else
     configure_and_build

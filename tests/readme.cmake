@@ -1,6 +1,7 @@
 # README's ```cpp blocks are real code. Every block is compiled as the body of
 # a function of its own (readme_examples, with rdx::cm where a block includes
-# rdx/cm); the first two, the server and the client of "A server and a
+# rdx/cm, rdx::cuda where one includes rdx/cuda; a block whose target is not
+# built is left out); the first two, the server and the client of "A server and a
 # client", are also programs of their own, run between the two VMs by
 # readme_server_client_twonode, so the example a newcomer copies is known to
 # work as printed.
@@ -20,6 +21,7 @@ set(_prelude "#include <chrono>\n#include <cstddef>\n#include <cstdint>\n#includ
 set(_includes "")
 set(_functions "")
 set(_needs_cm OFF)
+set(_needs_cuda OFF)
 set(_i 0)
 foreach(_block IN LISTS _blocks)
   string(REPLACE "${_semi}" ";" _block "${_block}")
@@ -27,12 +29,20 @@ foreach(_block IN LISTS _blocks)
   string(REGEX REPLACE "```$" "" _code "${_code}")
   string(REGEX MATCHALL "#include <[^>]+>" _inc "${_code}")
   string(REGEX REPLACE "#include <[^>]+>\n" "" _body "${_code}")
-  if(_code MATCHES "#include <rdx/cm/")
-    if(NOT TARGET rdx::cm)
-      math(EXPR _i "${_i} + 1")
-      continue()
+  # A block of rdx/cm or rdx/cuda needs that target: left out where it is not built.
+  set(_skip OFF)
+  foreach(_part IN ITEMS cm cuda)
+    if(_code MATCHES "#include <rdx/${_part}/")
+      if(TARGET rdx::${_part})
+        set(_needs_${_part} ON)
+      else()
+        set(_skip ON)
+      endif()
     endif()
-    set(_needs_cm ON)
+  endforeach()
+  if(_skip)
+    math(EXPR _i "${_i} + 1")
+    continue()
   endif()
   list(APPEND _includes ${_inc})
   string(APPEND _functions "[[maybe_unused]] static void readme_block_${_i}() {\n${_body}}\n")
@@ -47,6 +57,9 @@ add_executable(readme_examples ${CMAKE_CURRENT_BINARY_DIR}/readme_examples.cpp)
 target_link_libraries(readme_examples PRIVATE rdx::rdx rdx_warnings)
 if(_needs_cm)
   target_link_libraries(readme_examples PRIVATE rdx::cm)
+endif()
+if(_needs_cuda)
+  target_link_libraries(readme_examples PRIVATE rdx::cuda)
 endif()
 
 # The server and the client as programs.

@@ -33,6 +33,7 @@
 
 #include "../common.hpp"
 #include "kernels.hpp"
+#include "same_host.hpp"
 
 namespace {
 
@@ -42,12 +43,14 @@ struct options {
   int iters = 10;
   int warmup = 2;
   int gpu = 0;
-  std::size_t chunk = std::size_t{4} << 20;
+  std::size_t chunk = std::size_t{16} << 20;
   std::size_t depth = 2;
   std::string connect;  // peer host (client); empty: server
   unsigned port = 18515;
   bool local = false;  // GPU halves only, even where an RDMA device exists
   int timeout_s = 30;
+  std::string same_host;  // Unix socket path: the same-host mode
+  bool sm_copy = false;
 };
 
 void usage(std::FILE* f) {
@@ -60,11 +63,15 @@ void usage(std::FILE* f) {
       "  --size N[K|M|G]            bytes per message (default 64M)\n"
       "  --iters N                  timed round trips (default 10), --warmup N (default 2)\n"
       "  --gpu N                    CUDA device (default 0); the RDMA device is RDX_DEVICE or the nearest\n"
-      "  --chunk N[K|M]             staging chunk, a multiple of 4K (default 4M); --depth N bounce buffers "
+      "  --chunk N[K|M]             largest staging chunk, a multiple of 4K (default 16M); --depth N bounce "
+      "buffers "
       "(default 2)\n"
       "  --port N                   TCP port of the bootstrap (default 18515); --timeout S per step (default "
       "30)\n"
-      "  --local                    run the GPU halves on this machine only, no network\n");
+      "  --local                    run the GPU halves on this machine only, no network\n"
+      "  --same-host PATH           two processes of this host, no NIC: the server listens on the Unix\n"
+      "                             socket PATH ('@name': abstract), `--same-host PATH --connect local`\n"
+      "                             connects; prints the path chosen and why; --sm-copy copies by kernel\n");
 }
 
 // The examples' one argument parser (examples/common.hpp): -x V, --name V, --name=V;
@@ -102,6 +109,10 @@ options parse(int argc, char** argv) {
       o.timeout_s = static_cast<int>(parse_number("--timeout", v, 1, 3600));
     } else if (r.match({"--local"})) {
       o.local = true;
+    } else if (r.match({"--same-host"}, &v)) {
+      o.same_host = v;
+    } else if (r.match({"--sm-copy"})) {
+      o.sm_copy = true;
     } else {
       throw examples::usage_error("unknown option " + std::string(r.peek()));
     }
@@ -511,6 +522,16 @@ int main(int argc, char** argv) try {
   if (rdx::cuda::device_count() == 0) {
     std::fprintf(stderr, "gpu_pingpong: SKIP: needs a CUDA GPU: %s\n", rdx::cuda::no_device_reason().c_str());
     return 77;
+  }
+  if (!o.same_host.empty()) {
+    return gpu_pingpong::run_same_host({.socket = o.same_host,
+                                        .client = !o.connect.empty(),
+                                        .size = o.size,
+                                        .iters = o.iters,
+                                        .warmup = o.warmup,
+                                        .gpu = o.gpu,
+                                        .sm_copy = o.sm_copy,
+                                        .timeout_s = o.timeout_s});
   }
   const auto report = rdx::cuda::probe_gpudirect(o.gpu);
   const rdx::cuda::gpu_path best = report.best_path();

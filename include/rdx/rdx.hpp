@@ -31,5 +31,6 @@
 #include <rdx/verbs/queue_pair.hpp>
 #include <rdx/verbs/queue_pair_attr.hpp>
 #include <rdx/verbs/registration_cache.hpp>
+#include <rdx/verbs/retransmission.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 #include <rdx/verbs/work_request.hpp>

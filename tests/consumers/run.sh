@@ -2,7 +2,7 @@
 # Builds and runs a consumer project against rdx.
 #
 #   run.sh find_package     SRC WORK   install rdx into WORK/prefix, then
-#                                      find_package(rdx CONFIG) (and COMPONENTS cm, auth)
+#                                      find_package(rdx CONFIG) (and COMPONENTS cm, auth, pmix)
 #   run.sh find_package_cm  SRC WORK   the same, COMPONENTS cm only: a program using rdx/cm/cm.hpp
 #   run.sh add_subdirectory SRC WORK   add_subdirectory(SRC)
 #   run.sh system           SRC WORK   rdx already installed in /usr (the rdx-dev
@@ -54,6 +54,8 @@ case "$mode" in
       [[ -n "$pc" ]] || { echo "no rdx.pc in the install tree" >&2; exit 1; }
     fi
     test -f "$prefix/include/rdx/rdx.hpp"
+    # The design notes that the headers' comments cite.
+    [[ -f "$prefix/share/doc/rdx/design.md" ]] || { echo "no share/doc/rdx/design.md in the install tree" >&2; exit 1; }
     cms=(OFF ON)
     [[ "$mode" == find_package_cm ]] && cms=(ON)
     for cm in "${cms[@]}"; do
@@ -113,6 +115,35 @@ endif()
 CML
       step cmake -S "$work/cuda" -B "$work/cuda/build" "${gen[@]}" "${at[@]}" >/dev/null
       echo "ok: COMPONENTS cuda cm"
+    fi
+    # Where rdx::pmix was installed (libpmix was found), the component resolves,
+    # and a program using rdx/group/pmix.hpp builds and runs (outside a PMIx job).
+    if [[ -f "$(dirname "$cfg")/rdxPmixTargets.cmake" ]]; then
+      mkdir -p "$work/pmix"
+      cat >"$work/pmix/CMakeLists.txt" <<'CML'
+cmake_minimum_required(VERSION 3.21)
+project(pmix_component LANGUAGES CXX)
+find_package(rdx CONFIG REQUIRED COMPONENTS pmix)
+if(NOT TARGET rdx::pmix OR NOT rdx_pmix_FOUND)
+  message(FATAL_ERROR "find_package(rdx COMPONENTS pmix) did not give rdx::pmix")
+endif()
+add_executable(consumer main.cpp)
+target_link_libraries(consumer PRIVATE rdx::pmix)
+CML
+      cat >"$work/pmix/main.cpp" <<'CPP'
+#include <rdx/group/pmix.hpp>
+
+#include <cstdio>
+
+int main() {
+  std::printf("launched by PMIx: %d\n", rdx::group::pmix_session::launched_by_pmix() ? 1 : 0);
+  return 0;
+}
+CPP
+      step cmake -S "$work/pmix" -B "$work/pmix/build" "${gen[@]}" "${at[@]}" >/dev/null
+      step cmake --build "$work/pmix/build" >/dev/null
+      step "$work/pmix/build/consumer"
+      echo "ok: COMPONENTS pmix"
     fi
     ;;
   add_subdirectory)

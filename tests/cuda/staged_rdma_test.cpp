@@ -81,15 +81,17 @@ public:
 
 private:
   [[nodiscard]] std::size_t count(std::size_t bytes) const noexcept {
-    return (bytes + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
+    const std::size_t len = rdx::cuda::chunk_for(bytes, opt_.chunk_bytes);
+    return (bytes + len - 1) / len;
   }
   [[nodiscard]] rdx::cuda::staged_chunk chunk(std::size_t i, std::size_t n,
                                               std::size_t bytes) const noexcept {
     rdx::cuda::staged_chunk c;
     c.index = i;
-    c.offset = i * opt_.chunk_bytes;
+    const std::size_t chunk_len = rdx::cuda::chunk_for(bytes, opt_.chunk_bytes);
+    c.offset = i * chunk_len;
     c.slot = i % opt_.depth;
-    const std::size_t len = std::min(opt_.chunk_bytes, bytes - c.offset);
+    const std::size_t len = std::min(chunk_len, bytes - c.offset);
     c.host = bounce_buffers().subspan(c.slot * opt_.chunk_bytes, len);
     c.last = i + 1 == n;
     return c;

@@ -113,9 +113,14 @@ TEST_CASE("staging options are checked", "[cuda]") {
   REQUIRE_THROWS_AS((rdx::cuda::staging_pipeline({.chunk_bytes = 4096 + 512})), rdx::error);
   REQUIRE_THROWS_AS((rdx::cuda::staging_pipeline({.chunk_bytes = 4096, .depth = 1})), rdx::error);
   rdx::cuda::staging_pipeline p;
-  REQUIRE(p.options().chunk_bytes == (4u << 20));
+  REQUIRE(p.options().chunk_bytes == (16u << 20));
   REQUIRE(p.options().depth == 2);
-  REQUIRE(p.bounce_buffers().size() == 2 * (4u << 20));
+  REQUIRE(p.bounce_buffers().size() == 2 * (16u << 20));
+  // chunks sized by the transfer: 4 MiB up to 32 MiB, an eighth above, 16 MiB from 128 MiB
+  REQUIRE(p.chunk_count(4096) == 1);
+  REQUIRE(p.chunk_count(32u << 20) == 8);
+  REQUIRE(p.chunk_count(64u << 20) == 8);
+  REQUIRE(p.chunk_count(std::size_t{1} << 30) == 64);
   REQUIRE(p.path() == rdx::cuda::gpu_path::staged);
 }
 

@@ -2,7 +2,7 @@
 // back, chunked and overlapped) against one plain cudaMemcpy of the same
 // bytes with pinned memory, in the same run. Every byte is checked once.
 //
-// usage: cuda_staging_throughput [bytes_mib=1024] [reps=7] [chunk_kib...]
+// usage: cuda_staging_throughput [bytes_mib=1024] [reps=7] [chunk_kib...]  (chunk 0: the default options)
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/staging.hpp>
 
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "patterns.hpp"
@@ -67,7 +68,10 @@ int main(int argc, char** argv) try {
   int rc = 0;
   for (const std::size_t chunk : chunks) {
     for (const std::size_t depth : {std::size_t{2}, std::size_t{4}}) {
-      rdx::cuda::staging_pipeline p({.chunk_bytes = chunk, .depth = depth});
+      // chunk 0: the default options (chunks sized by rdx::cuda::chunk_for).
+      rdx::cuda::staging_options o{.depth = depth};
+      if (chunk != 0) o.chunk_bytes = chunk;
+      rdx::cuda::staging_pipeline p(o);
       // The timed receives below overwrite dev with bounce-buffer leftovers:
       // restore the pattern, then check every chunk of one send as it lands.
       rdx_test::gpu_fill(dev.data(), bytes, 31337);
@@ -86,9 +90,10 @@ int main(int argc, char** argv) try {
       const double h2d = median_seconds(
           reps, [&] { (void)p.receive(dev.data(), bytes, [](const rdx::cuda::staged_chunk&) {}); });
       std::printf(
-          "RESULT staged chunk %5zu KiB depth %zu  D2H %7.2f GB/s (%5.1f%% of plain)  H2D %7.2f GB/s "
+          "RESULT staged chunk %5s KiB depth %zu  D2H %7.2f GB/s (%5.1f%% of plain)  H2D %7.2f GB/s "
           "(%5.1f%% of plain)\n",
-          chunk >> 10, depth, gbs(d2h), 100.0 * d2h_plain / d2h, gbs(h2d), 100.0 * h2d_plain / h2d);
+          chunk == 0 ? "dflt" : std::to_string(chunk >> 10).c_str(), depth, gbs(d2h), 100.0 * d2h_plain / d2h,
+          gbs(h2d), 100.0 * h2d_plain / h2d);
     }
   }
   // The receive runs above wrote bounce-buffer contents into dev; a full

@@ -12,6 +12,7 @@ doctor="${1:?rdx-doctor}"
 
 record "healthy: every finding ok (or a note), exit 0" --exit 0 --worst note --status devices=ok \
   --status ports=ok --status gid=ok --status mtu=ok --status memlock=ok --status fork=ok \
+  --status retrans=ok --fact retrans.retry_exceeded_err=0 --fact retrans.duplicate_request=0 \
   --fact gid.chosen_index=1 --fact "gid.chosen_type=RoCE v2" --fact ports.netdev=eth0 \
   --fact mtu.active_mtu=1024 -- "$doctor" --json
 

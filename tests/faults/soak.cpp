@@ -109,6 +109,9 @@ struct options {
   double seconds = 0;
   std::vector<std::size_t> sizes{4096, 65536, 262144, max_write};
   std::uint32_t queue_pairs = 2;
+  std::size_t chunk = 32 * 1024;     // connection_attr::chunk_size
+  bool pacing = false;               // connection_attr::pacing (adaptive chunks, bytes in flight paced)
+  std::uint64_t ack_timeout_us = 0;  // connect_options::set_ack_timeout; 0: rdx's default (67 ms)
   std::string label = "soak";
   std::string device;
   std::string ifname = "eth0";
@@ -140,7 +143,12 @@ struct options {
       "  --bytes N[K|M]          client: stop after N bytes moved (messages + writes + reads)\n"
       "  --seconds S             client: stop after S seconds (with --bytes: the first reached)\n"
       "  --sizes A,B,...         window write sizes in bytes (default 4096,65536,262144,1048576)\n"
-      "  --queue-pairs K         queue pairs (default 2); writes stripe over them in 32 KiB chunks\n"
+      "  --queue-pairs K         queue pairs (default 2); writes stripe over them in chunks\n"
+      "  --chunk N[K|M]          the striping chunk (default 32K; a multiple of 4 KiB)\n"
+      "  --pacing                adaptive chunks and bytes in flight paced by completion\n"
+      "                          times (connection_attr::pacing; --chunk is then unused)\n"
+      "  --ack-timeout-us US     the local ACK timeout, rounded up to the next code (default\n"
+      "                          rdx's, code 14: 67 ms); the code is printed\n"
       "  --label NAME            first field of the RESULT line (default soak)\n"
       "  --device NAME           RDMA device whose hw_counters are reported (default $RDX_DEVICE)\n"
       "  --expect C[+C...]:N     fail unless those hw_counters rose by at least N together (repeatable)\n"
@@ -221,6 +229,12 @@ options parse(int argc, char** argv) {
         o.sizes.push_back(parse_size(s.substr(p, c - p)));
         p = c + 1;
       }
+    } else if (a == "--chunk") {
+      o.chunk = parse_size(val());
+    } else if (a == "--pacing") {
+      o.pacing = true;
+    } else if (a == "--ack-timeout-us") {
+      o.ack_timeout_us = std::stoull(val());
     } else if (a == "--queue-pairs") {
       o.queue_pairs = static_cast<std::uint32_t>(std::stoul(val()));
     } else if (a == "--label") {
@@ -335,6 +349,13 @@ void fill(std::byte* p, std::size_t n, std::uint64_t seed) {
 // Latencies in microseconds; percentiles at the end.
 struct samples {
   std::vector<std::uint32_t> us;
+  std::uint64_t bytes = 0;  // moved by these operations
+  clk::duration busy{};     // their time, summed: bytes / busy is their goodput
+  //! MB/s while one of these operations was under way.
+  [[nodiscard]] double goodput() const {
+    const double s = std::chrono::duration<double>(busy).count();
+    return s > 0 ? static_cast<double>(bytes) / 1e6 / s : 0.0;
+  }
   void add(clk::duration d) {
     us.push_back(
         static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
@@ -371,9 +392,10 @@ struct session {
         conn(pd, rdx::connection_attr{.queue_pairs = o.queue_pairs,
                                       .recv_depth = 16,
                                       .message_size = message_size,
-                                      .chunk_size = 32 * 1024,
+                                      .chunk_size = o.chunk,
                                       .keepalive = 500ms,
-                                      .stall_timeout = std::chrono::milliseconds(o.stall_timeout_ms)}),
+                                      .stall_timeout = std::chrono::milliseconds(o.stall_timeout_ms),
+                                      .pacing = o.pacing}),
         ch(conn),
         win(rdx::make_window_buffer<std::byte, win_rights>(pd, max_write)),
         g(conn, win) {
@@ -384,7 +406,13 @@ struct session {
     } else {
       sock = rdx::tcp::connect(o.peer, port, 120s);
     }
-    offer = rdx::exchange_and_connect(sock, conn, grants, 60s);
+    rdx::connect_options co;
+    if (o.ack_timeout_us != 0) {
+      (void)co.set_ack_timeout(std::chrono::microseconds(o.ack_timeout_us));
+      std::printf("soak: %s\n", rdx::retransmission_summary(co).c_str());
+    }
+    offer =
+        rdx::exchange_and_connect(sock, conn, grants, rdx::exchange_options{.timeout = 60s, .connect = co});
     require(offer.windows.size() == 1, "one window expected from the peer");
   }
 
@@ -496,10 +524,11 @@ int result(const options& o, const char* role, totals& t, const std::map<std::st
   std::printf("RESULT label=%s role=%s seconds=%.1f MBps=%.2f bytes=%" PRIu64 " ops=%" PRIu64
               " mismatches=%" PRIu64 " lost=%" PRIu64 " duplicates=%" PRIu64 " msg_p50_us=%" PRIu64
               " msg_p99_us=%" PRIu64 " write_p50_us=%" PRIu64 " write_p99_us=%" PRIu64 " read_p50_us=%" PRIu64
-              " read_p99_us=%" PRIu64 "%s%s\n",
+              " read_p99_us=%" PRIu64 " write_MBps=%.2f read_MBps=%.2f%s%s\n",
               o.label.c_str(), role, secs, static_cast<double>(t.bytes) / 1e6 / secs, t.bytes, t.ops,
               t.mismatches, t.lost, t.duplicates, t.msg.pct(0.5), t.msg.pct(0.99), t.write.pct(0.5),
-              t.write.pct(0.99), t.read.pct(0.5), t.read.pct(0.99), deltas.c_str(), extra.c_str());
+              t.write.pct(0.99), t.read.pct(0.5), t.read.pct(0.99), t.write.goodput(), t.read.goodput(),
+              deltas.c_str(), extra.c_str());
   std::fflush(stdout);
   return t.mismatches == 0 && t.lost == 0 && t.duplicates == 0 && counters_ok ? 0 : 1;
 }
@@ -830,7 +859,11 @@ private:
       }
     }
     for (auto& p : pending_) {
-      if (p.lat != nullptr) p.lat->add(p.end - p.start);
+      if (p.lat != nullptr) {
+        p.lat->add(p.end - p.start);
+        p.lat->bytes += p.bytes;
+        p.lat->busy += p.end - p.start;
+      }
       t_.bytes += p.bytes;
       ++t_.ops;
       if (p.data_message) ++data_ok_;
@@ -915,7 +948,12 @@ int run_client(const options& o) {
       require(t.msg.pct(1.0) * 10 >= o.expect_stall_ms * 1000 * 9,
               "the longest message took " + std::to_string(t.msg.pct(1.0)) + " us, less than the stall");
     }
-    return result(o, "client", t, before);
+    const rdx::pacing_state ps = s->conn.pacing();
+    char pacing[160];
+    std::snprintf(pacing, sizeof pacing,
+                  " pacing=%d pacing_window=%" PRIu64 " pacing_chunk=%" PRIu64 " pacing_decreases=%" PRIu64,
+                  o.pacing ? 1 : 0, ps.window, ps.chunk, ps.decreases);
+    return result(o, "client", t, before, pacing);
   }
   if (!o.expect_failure) {
     join();

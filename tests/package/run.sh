@@ -83,7 +83,7 @@ do_build() {
   local c="$work/rdx-dev.contents" f
   for f in include/rdx/rdx.hpp share/cmake/rdx/rdxConfig.cmake share/cmake/rdx/rdxConfigVersion.cmake \
     share/cmake/rdx/rdxTargets.cmake share/cmake/rdx/FindIBVerbs.cmake share/cmake/rdx/FindRDMACM.cmake \
-    share/pkgconfig/rdx.pc share/doc/rdx-dev/copyright; do
+    share/pkgconfig/rdx.pc share/doc/rdx-dev/copyright share/doc/rdx/design.md; do
     has "$c" "./usr/$f"
   done
   if [[ -f /usr/include/rdma/rdma_cma.h ]]; then

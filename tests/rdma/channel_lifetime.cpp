@@ -206,6 +206,32 @@ TEST_CASE("a connection destroyed with a write in flight drains before deregiste
   guard.check();
 }
 
+TEST_CASE("a paced connection destroyed with chunks in flight and a tail deferred behind its window",
+          "[lifetime]") {
+  const std::string dev = channel_test::open_device().name();
+  rdx_test::leak_guard guard(dev);
+  {
+    sides s({.queue_pairs = 2, .recv_depth = 4, .pacing = true});
+    constexpr std::size_t n = 8 << 20;
+    auto target = rdx::make_window_buffer<std::byte, rdx::rights::write>(s.pd, n);
+    rdx::grant<std::byte, rdx::rights::write> w_grant(*s.b, target);
+    rdx::remote_window<std::byte, rdx::rights::write> w(*s.a, w_grant.descriptor());
+    rdx::registered_buffer<std::byte> src(s.pd, n);
+    auto op = w.write(src, 0);  // the window (256 KiB at first) holds back most of 8 MiB
+    CHECK(op.deferred());
+    // A chunk goes while less than the window is in flight.
+    CHECK(s.a->pacing().in_flight < s.a->pacing().window + s.a->pacing().chunk);
+    const teardown t = timed_teardown([&] {
+      s.a.reset();
+      s.b.reset();
+    });
+    CHECK(t.logged == 0);
+    CHECK(op.done());
+    CHECK(op.error() == rdx::errc::operation_aborted);
+  }
+  guard.check();
+}
+
 TEST_CASE("operations destroyed before completion withdraw or detach, and nothing is lost", "[lifetime]") {
   sides s;
   rdx::channel<std::uint64_t> ta(*s.a);

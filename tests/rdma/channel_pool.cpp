@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "channel_support.hpp"
+#include "device_count.hpp"
 #include "peer_record.hpp"
 
 using namespace std::chrono_literals;
@@ -39,20 +40,6 @@ rdx::connection_attr small_attr() {
 
 rdx::worker_attr pool_attr(std::uint32_t buffers) {
   return rdx::worker_attr{.pool = {.buffers = buffers, .buffer_size = 64, .staging = 256}};
-}
-
-long device_mrs() {
-  std::FILE* f = ::popen("rdma resource show 2>/dev/null", "r");
-  if (f == nullptr) return -1;
-  char line[512];
-  long mr = -1;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strstr(line, "rxe") == nullptr && std::strstr(line, "mlx") == nullptr) continue;
-    if (const char* at = std::strstr(line, " mr ")) mr = std::strtol(at + 4, nullptr, 10);
-    break;
-  }
-  ::pclose(f);
-  return mr;
 }
 
 struct fabric {
@@ -145,9 +132,10 @@ TEST_CASE("a receive pool serves many peers: checked messages, two registrations
   const std::size_t peers = env_count("RDX_TEST_PEERS", 32);
   const auto buffers = static_cast<std::uint32_t>(peers * depth + 64);
   rdx::worker wc(fb.pd);
-  const long mr0 = device_mrs();
+  const device_count::counts c0 = device_count::read();
   rdx::worker ws(fb.pd, pool_attr(buffers));
-  const long mr1 = device_mrs();
+  const device_count::counts c1 = device_count::read();
+  const long mr0 = c0.mr, mr1 = c1.mr;
   CHECK(ws.pool_buffers() == buffers);
   CHECK(ws.pool_free() == buffers);
   // The pool's buffers take their share of the completion queue.
@@ -155,15 +143,30 @@ TEST_CASE("a receive pool serves many peers: checked messages, two registrations
   if (mr0 >= 0 && mr1 >= 0) {
     // Registrations: the pool holds two (buffers, staging); a connection on
     // it two fewer than one with a ring of its own (no ring, no staging).
-    std::vector<std::unique_ptr<rdx::connection>> own, pooled;
-    const long m0 = device_mrs();
+    std::vector<std::unique_ptr<rdx::connection>> own, pooled, plain;
+    const device_count::counts d0 = device_count::read();
     for (int i = 0; i < 8; ++i) own.push_back(std::make_unique<rdx::connection>(wc, fb.pd, small_attr()));
-    const long m1 = device_mrs();
+    const device_count::counts d1 = device_count::read();
     for (int i = 0; i < 8; ++i) pooled.push_back(std::make_unique<rdx::connection>(ws, fb.pd, small_attr()));
-    const long m2 = device_mrs();
+    const device_count::counts d2 = device_count::read();
+    // Today's default connection (connection_attr{}), a ring of its own.
+    for (int i = 0; i < 8; ++i) plain.push_back(std::make_unique<rdx::connection>(fb.pd));
+    const device_count::counts d3 = device_count::read();
+    const long m0 = d0.mr, m1 = d1.mr, m2 = d2.mr;
     std::printf(
         "pool: the pool registers %ld regions; a connection %ld with a ring of its own, %ld on the pool\n",
         mr1 - mr0, (m1 - m0) / 8, (m2 - m1) / 8);
+    if (c0.known() && d3.known()) {
+      const long long pool_bytes = c1.mr_bytes - c0.mr_bytes;
+      std::printf(
+          "pool: registered bytes per connection: %lld by default (connection_attr{}), %lld with a ring of "
+          "its own (recv_depth %u, 64-byte messages), %lld on the pool; the pool %lld (%zu peers: %lld per "
+          "peer with its share)\n",
+          (d3.mr_bytes - d2.mr_bytes) / 8, (d1.mr_bytes - d0.mr_bytes) / 8, depth,
+          (d2.mr_bytes - d1.mr_bytes) / 8, pool_bytes, peers,
+          (d2.mr_bytes - d1.mr_bytes) / 8 + pool_bytes / static_cast<long long>(peers));
+      CHECK(d2.mr_bytes - d1.mr_bytes < d1.mr_bytes - d0.mr_bytes);
+    }
     CHECK(mr1 - mr0 == 2);
     CHECK((m1 - m0) - (m2 - m1) == 2 * 8);
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "channel_support.hpp"
+#include "device_count.hpp"
 #include "peer_record.hpp"
 #include <poll.h>
 #include <sys/epoll.h>
@@ -30,6 +31,7 @@ using channel_test::code_of;
 
 namespace {
 
+using device_count::counts;
 using peer_test::env_count;
 using peer_test::make_record;
 using peer_test::record;
@@ -37,32 +39,6 @@ using peer_test::record;
 // Small rings: an idle peer costs little, and hundreds fit one VM.
 rdx::connection_attr small_attr() {
   return rdx::connection_attr{.send_depth = 16, .signal_interval = 8, .recv_depth = 8, .message_size = 64};
-}
-
-// The device's object counts as the kernel reports them (iproute2's `rdma
-// resource show`: "0: rxe0: pd 1 cq 2 qp 64 cm_id 0 mr 257 ctx 0 srq 0").
-struct resources {
-  long cq = -1, qp = -1, mr = -1;
-};
-resources device_resources() {
-  resources r;
-  std::FILE* f = ::popen("rdma resource show 2>/dev/null", "r");
-  if (f == nullptr) return r;
-  char line[512];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    auto field = [&](const char* name) -> long {
-      const std::string key = std::string(" ") + name + " ";
-      const char* at = std::strstr(line, key.c_str());
-      return at != nullptr ? std::strtol(at + key.size(), nullptr, 10) : -1;
-    };
-    if (std::strstr(line, "rxe") == nullptr && std::strstr(line, "mlx") == nullptr) continue;
-    r.cq = field("cq");
-    r.qp = field("qp");
-    r.mr = field("mr");
-    break;
-  }
-  ::pclose(f);
-  return r;
 }
 
 // A client connection on one worker and its server on another, connected.
@@ -134,12 +110,12 @@ TEST_CASE("many connections on one worker each carry checked messages, from one 
   const std::size_t peers = env_count("RDX_TEST_PEERS", 32);
   rdx::worker wc(fb.pd), ws(fb.pd);
   std::vector<std::unique_ptr<link_pair>> pairs;
-  const resources before = device_resources();
+  const counts before = device_count::read();
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < peers; ++i) pairs.push_back(std::make_unique<link_pair>(wc, ws, fb.pd));
   const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const resources after = device_resources();
-  if (before.cq >= 0 && after.cq >= 0) {
+  const counts after = device_count::read();
+  if (before.known() && after.known()) {
     // Per connection: one queue pair, no completion queue of its own.
     const auto n = static_cast<long>(2 * peers);
     std::printf(
@@ -147,6 +123,8 @@ TEST_CASE("many connections on one worker each carry checked messages, from one 
         "device (%.1f regions per connection)\n",
         n, after.qp - before.qp, after.cq - before.cq, after.mr - before.mr,
         static_cast<double>(after.mr - before.mr) / static_cast<double>(n));
+    std::printf("worker: %lld registered bytes per connection\n",
+                (after.mr_bytes - before.mr_bytes) / static_cast<long long>(n));
     CHECK(after.cq == before.cq);
     CHECK(after.qp - before.qp == n);
   } else {

@@ -109,6 +109,27 @@ TEST_CASE("starting PSNs are 24 random bits") {
   CHECK(seen.size() > 60);
 }
 
+TEST_CASE("window keys: consecutive grants' keys never step, whatever the index order") {
+  // A type 2 window picks a key when allocated and another at each bind; a
+  // grant allocates then binds once, so the key in use is two picks back.
+  // One index for every window, the hardest case: any two key bytes one
+  // apart would step.
+  std::uint32_t prev_used = 0;
+  constexpr std::uint32_t index = 0x1234;
+  for (int i = 0; i < 5000; ++i) {
+    const std::uint32_t allocated = index << 8;
+    const std::uint32_t used = rdx::detail::fresh_window_key(allocated);  // at allocation
+    const std::uint32_t after = rdx::detail::fresh_window_key(used);      // at the bind
+    CHECK((used >> 8) == index);
+    CHECK(after != used);
+    if (i > 0) {
+      REQUIRE(used - prev_used != 1);
+      REQUIRE(prev_used - used != 1);
+    }
+    prev_used = used;
+  }
+}
+
 TEST_CASE("environment overrides parse strictly") {
   using rdx::detail::parse_unsigned;
   CHECK(parse_unsigned("3", 255) == 3u);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -199,6 +200,50 @@ TEST_CASE("connect settings are checked: timeout 0 is refused") {
   CHECK_THROWS_WITH(rdx::detail::check_connect_options({.timeout = 32}), Catch::Contains("timeout = 32"));
   CHECK_THROWS_WITH(rdx::detail::check_connect_options({.retry_cnt = 8}), Catch::Contains("retry_cnt = 8"));
   CHECK_THROWS_WITH(rdx::detail::check_connect_options({.rnr_retry = 9}), Catch::Contains("rnr_retry = 9"));
+}
+
+TEST_CASE("retransmission timers are set in time and rounded up to the verbs' codes") {
+  using namespace std::chrono_literals;
+  // 4.096 us x 2^code: code 14 is 67.108864 ms, code 17 is 536.870912 ms.
+  CHECK(rdx::ack_timeout_of(14) == 67108864ns);
+  CHECK(rdx::ack_timeout_of(1) == 8192ns);
+  CHECK(rdx::ack_timeout_of(0) == 0ns);
+  CHECK(rdx::ack_timeout_code(67108864ns) == 14);
+  CHECK(rdx::ack_timeout_code(67108865ns) == 15);  // never shorter than asked
+  CHECK(rdx::ack_timeout_code(500ms) == 17);
+  CHECK(rdx::ack_timeout_code(1ns) == 1);
+  CHECK_THROWS_WITH(rdx::ack_timeout_code(0ns), Catch::Contains("retransmission off"));
+  CHECK_THROWS_WITH(rdx::ack_timeout_code(3h), Catch::Contains("code 31"));
+  // The RNR table: code 0 is the longest (655.36 ms), 1 the shortest (10 us).
+  CHECK(rdx::rnr_timer_of(0) == 655360us);
+  CHECK(rdx::rnr_timer_of(1) == 10us);
+  CHECK(rdx::rnr_timer_of(12) == 640us);
+  CHECK(rdx::rnr_timer_of(31) == 491520us);
+  CHECK(rdx::rnr_timer_code(640us) == 12);
+  CHECK(rdx::rnr_timer_code(641us) == 13);
+  CHECK(rdx::rnr_timer_code(500ms) == 0);
+  CHECK_THROWS_WITH(rdx::rnr_timer_code(700ms), Catch::Contains("655.36 ms"));
+  CHECK_THROWS(rdx::rnr_timer_code(-1ms));
+  for (std::uint8_t c = 1; c < 31; ++c) {
+    CHECK(rdx::rnr_timer_of(c) < rdx::rnr_timer_of(static_cast<std::uint8_t>(c + 1)));
+    CHECK(rdx::ack_timeout_code(rdx::ack_timeout_of(c)) == c);
+    CHECK(rdx::rnr_timer_code(rdx::rnr_timer_of(c)) == c);
+  }
+  rdx::connect_options o;
+  CHECK(o.ack_timeout() == 67108864ns);
+  CHECK(o.set_ack_timeout(500ms) == 536870912ns);
+  CHECK(o.timeout == 17);
+  CHECK(o.set_rnr_timer(1ms) == 1280us);
+  CHECK(o.min_rnr_timer == 14);
+  CHECK(rdx::retry_window(o.timeout, o.retry_cnt) == 7 * 536870912ns);
+  const std::string line = rdx::retransmission_summary(o);
+  CHECK_THAT(line, Catch::Contains("ACK timeout 537 ms (code 17), 6 retries") &&
+                       Catch::Contains("fails after 3.76 s to 15 s") &&
+                       Catch::Contains("RNR timer 1.28 ms (code 14)"));
+  o.retry_cnt = 7;
+  o.min_rnr_timer = 0;
+  CHECK_THAT(rdx::retransmission_summary(o),
+             Catch::Contains("retries forever") && Catch::Contains("code 0 is the longest"));
 }
 
 TEST_CASE("a remote endpoint is checked before it reaches the device") {

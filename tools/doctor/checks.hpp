@@ -27,7 +27,9 @@
 #include <rdx/cuda/config.hpp>
 #endif
 #if defined(RDX_HAS_CUDA) && RDX_HAS_CUDA()
+#include <rdx/cuda/peer_access.hpp>
 #include <rdx/cuda/probe.hpp>
+#include <rdx/cuda/shareable_buffer.hpp>
 #include <rdx/cuda/topology.hpp>
 #define RDX_DOCTOR_GPUS 1
 #else
@@ -430,6 +432,40 @@ inline void check_fork(report& r, const scope&) {
         {}, facts);
 }
 
+#if RDX_DOCTOR_GPUS
+// Same-host peers: what each ordered pair of GPUs can do for the other, and whether processes
+// of one GPU can share memory (shareable POSIX-fd allocations).
+inline void check_gpu_pairs(report& r, int n) {
+  if (n == 1) {
+    const auto fd = rdx::cuda::shareable_supported(0);
+    r.add("gpu.peers", "same-host peers", fd == rdx::cuda::support::yes ? level::ok : level::note,
+          std::string("one GPU: no GPU pairs; processes on it share memory through shareable POSIX-fd "
+                      "allocations: ") +
+              std::string(rdx::cuda::to_string(fd)),
+          {}, {{"gpu_pairs", "0"}, {"shareable_posix_fd", std::string(rdx::cuda::to_string(fd))}});
+    return;
+  }
+  try {
+    for (const auto& p : rdx::cuda::probe_gpu_pairs()) {
+      const std::string who = "GPU " + std::to_string(p.a) + " -> GPU " + std::to_string(p.b);
+      r.add(
+          "gpu.peers", who, p.p2p_access ? level::ok : level::warning,
+          std::string("P2P access ") + (p.p2p_access ? "yes" : "no") + ", native atomics " +
+              (p.native_atomics ? "yes" : "no") + ", performance rank " + std::to_string(p.performance_rank) +
+              ", link " + p.link,
+          p.p2p_access ? std::string{} : std::string("same-host copies between them go through host memory"),
+          {{"p2p_access", p.p2p_access ? "yes" : "no"},
+           {"native_atomics", p.native_atomics ? "yes" : "no"},
+           {"performance_rank", std::to_string(p.performance_rank)},
+           {"link", p.link}});
+    }
+  } catch (const std::exception& e) {
+    r.add("gpu.peers", "GPU pairs", level::error, std::string("P2P probe failed: ") + e.what(),
+          "check the NVIDIA driver (nvidia-smi)");
+  }
+}
+#endif
+
 inline void check_gpu(report& r, const scope& s) {
 #if RDX_DOCTOR_GPUS
   const int n = rdx::cuda::device_count();
@@ -469,7 +505,8 @@ inline void check_gpu(report& r, const scope& s) {
           {"gpu_direct_rdma_attribute", g.gpu_direct_rdma_supported ? "yes" : "no"},
           {"nic", nic.value_or("")},
           {"nic_distance", distance},
-          {"best_path", std::string(rdx::cuda::to_string(g.best_path()))}};
+          {"best_path", std::string(rdx::cuda::to_string(g.best_path()))},
+          {"shareable_posix_fd", std::string(rdx::cuda::to_string(rdx::cuda::shareable_supported(d)))}};
       const std::string base = g.gpu_name + " at " + g.gpu_pci_address + ": dma-buf export " +
                                std::string(rdx::cuda::to_string(g.dma_buf_export)) + ", peermem " +
                                (g.peermem_loaded() ? "loaded" : "absent") + ", NIC " +
@@ -506,6 +543,7 @@ inline void check_gpu(report& r, const scope& s) {
             "check the NVIDIA driver (nvidia-smi) and that the CUDA runtime matches it");
     }
   }
+  check_gpu_pairs(r, n);
   // Two GPUs on one NIC while another active NIC is free.
   for (int a = 0; a < n; ++a)
     for (int b = a + 1; b < n; ++b)

@@ -12,6 +12,7 @@
 
 #include "checks.hpp"
 #include "common.hpp"
+#include "counters.hpp"
 #include "peer.hpp"
 #include "report.hpp"
 #include <sys/utsname.h>
@@ -33,6 +34,8 @@ constexpr check_entry all_checks[] = {
     {"ports", "port state, link layer, network interface", doctor::check_ports},
     {"gid", "GID table with RoCE versions, the entry rdx uses and why", doctor::check_gid},
     {"mtu", "active and maximum MTU against the interface's", doctor::check_mtu},
+    {"retrans", "retransmission settings in time; the port's loss and recovery counters",
+     doctor::check_retransmission},
     {"memlock", "locked-memory limit against a typical registration", doctor::check_memlock},
     {"hugepages", "huge pages and transparent huge pages", doctor::check_hugepages},
     {"fork", "fork safety of registered memory", doctor::check_fork},

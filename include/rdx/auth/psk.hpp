@@ -3,6 +3,8 @@
 // key by an HMAC-SHA256 over both, and finish with an HMAC over every byte
 // of the exchange, before any queue pair is connected; the steps are in
 // rdx/connect/authenticator.hpp, the messages in rdx/auth/detail/message.hpp.
+// The protocol: rdx's design notes (share/doc/rdx/design.md),
+// "Wire protocols", "Authenticated set-up".
 #pragma once
 
 #include <rdx/auth/detail/message.hpp>

@@ -11,9 +11,12 @@
 // started on it (checked in debug builds); a stop_token may be stopped from
 // any thread. Different connections may live on different threads and share
 // a context and a protection domain.
+//
+// More in rdx's design notes (share/doc/rdx/design.md): "Ownership",
+// "Lifetimes, cancellation and time", "Dead peers", "Teardown", "Threading".
 #pragma once
 
-#include <rdx/channel/detail/engine.hpp>
+#include <rdx/channel/detail/engine_all.hpp>
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/worker.hpp>
 #include <rdx/error.hpp>
@@ -135,6 +138,9 @@ public:
   //! alone, one per queue pair for the chunks of a striped transfer and for
   //! what a batch() posted.
   [[nodiscard]] std::uint64_t send_doorbells() const noexcept { return engine::send_doorbells(); }
+  //! The pacing window (connection_attr::pacing): bytes allowed in flight,
+  //! the chunk, the decreases so far and the bytes in flight now.
+  [[nodiscard]] pacing_state pacing() const noexcept { return engine::pacing(); }
   //! Runs f, holding back every queue pair's doorbell: the work requests of
   //! the operations f starts (window writes, reads, atomics, sends,
   //! notifications) reach the NIC together when f returns or throws, with
@@ -252,7 +258,7 @@ inline void stop_flag::operator()() const noexcept {
 // --- operation, needing the connection ----------------------------------------
 
 inline operation::operation(operation&& o) noexcept {
-  steal(o);
+  take_from(o);
 }
 
 inline void operation::release_lease() noexcept {
@@ -263,14 +269,14 @@ inline operation& operation::operator=(operation&& o) noexcept {
   if (this != &o) {
     release_lease();
     if (conn_ != nullptr && (!done_ || list_ != detail::op_list::none)) {
-      static_cast<detail::engine&>(*conn_).forget(*this);
+      static_cast<detail::engine&>(*conn_).withdraw(*this);
     }
-    steal(o);
+    take_from(o);
   }
   return *this;
 }
 
-inline void operation::steal(operation& o) noexcept {
+inline void operation::take_from(operation& o) noexcept {
   conn_ = o.conn_;
   ec_ = o.ec_;
   waiter_ = o.waiter_;
@@ -286,10 +292,10 @@ inline void operation::steal(operation& o) noexcept {
   exact_ = o.exact_;
   done_ = o.done_;
   if (conn_ != nullptr && (o.list_ != detail::op_list::none || o.pending_ != 0 || o.bounded_ != nullptr)) {
-    static_cast<detail::engine&>(*conn_).relink(o, *this);
+    static_cast<detail::engine&>(*conn_).follow_move(o, *this);
   }
   // A message_view's ring buffer now belongs to this one.
-  if (holds_lease()) static_cast<detail::engine&>(*conn_).relend(*this);
+  if (holds_lease()) static_cast<detail::engine&>(*conn_).lend_to(*this);
   o.conn_ = nullptr;
   o.waiter_ = {};
   o.bounded_ = nullptr;
@@ -307,7 +313,7 @@ inline operation::~operation() {
 
 void operation::leave() noexcept {
   release_lease();
-  if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).forget(*this);
+  if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).withdraw(*this);
 }
 
 inline bool operation::test() noexcept {

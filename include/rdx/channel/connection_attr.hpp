@@ -42,6 +42,20 @@ struct connection_attr {
   //! most signal_interval x chunk_size bytes (32 MiB by default): raise it
   //! for links slower than about 10 Mb/s. 0 turns it off.
   std::chrono::milliseconds stall_timeout{30000};
+  //! Adaptive chunking and pacing of writes and reads: the bytes in flight
+  //! (all queue pairs together) are limited by a window that grows while
+  //! chunks complete near the path's base time and shrinks when they are
+  //! late, and chunks are cut at 64 KiB to 1 MiB as the window allows
+  //! (chunk_size is then not used). Every paced chunk is signaled.
+  bool pacing = false;
+};
+
+//! Where a connection's pacing stands (connection::pacing()).
+struct pacing_state {
+  std::uint64_t window = 0;     //!< bytes allowed in flight; 0 when pacing is off
+  std::uint64_t chunk = 0;      //!< the chunk writes and reads are cut at now
+  std::uint64_t decreases = 0;  //!< times the window shrank for a late chunk
+  std::uint64_t in_flight = 0;  //!< bytes of paced chunks posted and not yet completed
 };
 
 //! What one side tells the other to connect: its queue pairs, its

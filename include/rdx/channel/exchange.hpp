@@ -9,7 +9,8 @@
 // pair i. Then each side's settings block (connect/settings.hpp: queue pairs,
 // recv_depth, message_size, per window its rights and element size). One
 // deadline covers all of it. Anything malformed or inconsistent throws
-// rdx::error (errc::wire_format) naming what arrived.
+// rdx::error (errc::wire_format) naming what arrived. The messages:
+// rdx's design notes (share/doc/rdx/design.md), "Wire protocols".
 #pragma once
 
 #include <rdx/channel/connection.hpp>

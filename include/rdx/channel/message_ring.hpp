@@ -12,7 +12,9 @@
 // credit_cap_factor x recv_depth credits. Either way a message never meets
 // a queue pair without a posted receive. A count from the peer that claims
 // more than that is a protocol error, and so is a message beyond the
-// credits given (on a pool, where the shared queue cannot refuse it).
+// credits given (on a pool, where the shared queue cannot refuse it). More in
+// rdx's design notes (share/doc/rdx/design.md), "Wire protocols",
+// "Messages and credits".
 #pragma once
 
 #include <rdx/channel/detail/index_fifo.hpp>
@@ -22,7 +24,7 @@
 #include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/protection_domain.hpp>
-#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/queue_pair_view.hpp>
 #include <rdx/verbs/work_request.hpp>
 
 #include <algorithm>
@@ -95,7 +97,7 @@ public:
   }
 
   //! Posts buffer i on qp (a ring of its own).
-  [[nodiscard]] std::error_code post(queue_pair& qp, std::uint32_t i) noexcept {
+  [[nodiscard]] std::error_code post(queue_pair_view qp, std::uint32_t i) noexcept {
     std::error_code ec = qp.post_recv(chain_[i]);  // alone: post_recv clears its next
     if (!ec) {
       rx_[i].posted = true;
@@ -126,7 +128,7 @@ public:
   //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
   //! their receives, built once, are linked in the order queued.
   //! @param posted_now set to how many were posted (all, or those before the refused one)
-  [[nodiscard]] std::error_code post_queued(queue_pair& qp, std::uint32_t& posted_now) noexcept {
+  [[nodiscard]] std::error_code post_queued(queue_pair_view qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
     if (queued_ == 0) return detail::no_error();
     ++repost_calls_;

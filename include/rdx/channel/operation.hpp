@@ -13,6 +13,8 @@
 //   memory it names must stay registered until the connection retires it);
 // - destroying the connection first ends every pending operation with
 //   errc::operation_aborted and resumes no coroutine.
+// More in rdx's design notes (share/doc/rdx/design.md), "Ownership" and
+// "Lifetimes, cancellation and time".
 //
 // The members that drive the engine (test, wait, cancel, the awaiters) are
 // defined in rdx/channel/connection.hpp: include that header (or a window or
@@ -69,12 +71,12 @@ enum class op_kind : std::uint8_t {
 constexpr std::uint32_t no_slot = 0xffffffffu;
 
 struct op_params {
-  std::uint64_t laddr = 0;   // local address (the staging slot's once a send is deferred)
-  std::uint64_t raddr = 0;   // remote address
-  std::uint64_t length = 0;  // bytes in all
-  std::uint64_t posted = 0;  // bytes posted so far (striped writes and reads)
-  std::uint64_t a = 0;       // add, or compare
-  std::uint64_t b = 0;       // swap
+  std::uint64_t laddr = 0;       // local address (the staging slot's once a send is deferred)
+  std::uint64_t raddr = 0;       // remote address
+  std::uint64_t length = 0;      // bytes in all
+  std::uint64_t posted = 0;      // bytes posted so far (striped writes and reads)
+  std::uint64_t operand = 0;     // fetch_add's addend, or compare_swap's compare
+  std::uint64_t swap_value = 0;  // compare_swap's swap
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
   std::uint32_t tag = 0;           // notification tag
@@ -220,7 +222,7 @@ private:
   explicit operation(connection& c) noexcept : conn_(&c) {}
   operation(connection& c, detail::op_kind k, const detail::op_params& p) noexcept
       : conn_(&c), p_(p), kind_(k) {}
-  void steal(operation& o) noexcept;
+  void take_from(operation& o) noexcept;
   // The destructor's work for a pending, listed or lending operation (kept out of line).
   [[gnu::noinline]] inline void leave() noexcept;
 

@@ -15,7 +15,7 @@
 
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion.hpp>
-#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/queue_pair_view.hpp>
 #include <rdx/verbs/work_request.hpp>
 
 #include <bit>
@@ -49,8 +49,8 @@ public:
   //! @param depth the queue pair's max_send_wr
   //! @param signal_interval at most this many requests per signaled one (1..depth-1)
   //! @throws rdx::error (errc::invalid_argument) for a depth under 2 or an interval out of range
-  send_queue(queue_pair& qp, std::uint32_t depth, std::uint32_t signal_interval)
-      : qp_(&qp),
+  send_queue(queue_pair_view qp, std::uint32_t depth, std::uint32_t signal_interval)
+      : qp_(qp),
         qp_num_(qp.qp_num()),
         ring_(std::make_unique<sq_record[]>(std::bit_ceil(depth))),
         chain_(std::make_unique<send_wr[]>(depth)),
@@ -66,7 +66,7 @@ public:
   }
 
   //! The queue pair whose send queue this is.
-  [[nodiscard]] queue_pair& qp() const noexcept { return *qp_; }
+  [[nodiscard]] queue_pair_view qp() const noexcept { return qp_; }
   //! Its queue pair number.
   [[nodiscard]] std::uint32_t qp_num() const noexcept { return qp_num_; }
   //! What tells the owner of several queues that one may be left uncovered
@@ -143,7 +143,18 @@ public:
   //! chain it is posted from at release().
   template <class Make>
   void emplace_held(Make&& make, void* owner, std::uint8_t kind, std::uint32_t aux = 0) noexcept {
-    const bool sig = head_ == tail_ || since_signal_ + 1 >= interval_;
+    emplace_held_as(std::forward<Make>(make), owner, kind, aux,
+                    head_ == tail_ || since_signal_ + 1 >= interval_);
+  }
+  //! emplace_held() of a request that is signaled whatever the interval
+  //! says: its own completion retires it (a paced chunk, whose time counts).
+  template <class Make>
+  void emplace_held_signaled(Make&& make, void* owner, std::uint8_t kind, std::uint32_t aux = 0) noexcept {
+    emplace_held_as(std::forward<Make>(make), owner, kind, aux, true);
+  }
+  //! emplace_held() with the signaling chosen by the caller (`sig`).
+  template <class Make>
+  void emplace_held_as(Make&& make, void* owner, std::uint8_t kind, std::uint32_t aux, bool sig) noexcept {
     send_wr* slot = &chain_[chained_];
     std::destroy_at(slot);
     ::new (static_cast<void*>(slot)) send_wr(std::forward<Make>(make)());
@@ -176,7 +187,7 @@ public:
     const std::uint32_t n = std::exchange(chained_, 0);
     std::size_t bad = n;
     ++doorbells_;
-    const std::error_code ec = qp_->post_send(std::span<send_wr>(chain_.get(), n), &bad);
+    const std::error_code ec = qp_.post_send(std::span<send_wr>(chain_.get(), n), &bad);
     if (!ec) return {};
     const std::uint64_t end = tail_;
     const std::uint64_t first = tail_ - (n - bad);
@@ -284,7 +295,7 @@ private:
     }
     ++doorbells_;
     commit(owner, kind, aux, sig);
-    if (std::error_code ec = qp_->post_send(w)) [[unlikely]] {
+    if (std::error_code ec = qp_.post_send(w)) [[unlikely]] {
       take_back();
       return ec;
     }
@@ -343,7 +354,7 @@ private:
     ++chained_;
   }
 
-  queue_pair* qp_;
+  queue_pair_view qp_;
   std::uint32_t qp_num_;
   cover_watch* watch_ = nullptr;  // watch_cover()
   std::unique_ptr<sq_record[]> ring_;

@@ -7,7 +7,8 @@
 // carries the rights it may use, so a write through a read-only window does
 // not compile. Local and remote memory are distinct types. Every range is
 // checked before anything is posted. A grant refuses a region with remote
-// rights of its own, so the peer reaches memory only through grants.
+// rights of its own, so the peer reaches memory only through grants. More in
+// rdx's design notes (share/doc/rdx/design.md), "Trust".
 #pragma once
 
 #include <rdx/channel/connection.hpp>
@@ -329,9 +330,13 @@ private:
     return op;
   }
   [[nodiscard]] operation atomic(bool cas, std::size_t index, std::uint64_t a, std::uint64_t b) noexcept {
-    operation op = detail::start_access::make(
-        *conn_, cas ? detail::op_kind::compare_swap : detail::op_kind::fetch_add,
-        {.raddr = d_.memory.addr + index * 8, .length = 8, .a = a, .b = b, .rkey = d_.memory.rkey});
+    operation op =
+        detail::start_access::make(*conn_, cas ? detail::op_kind::compare_swap : detail::op_kind::fetch_add,
+                                   {.raddr = d_.memory.addr + index * 8,
+                                    .length = 8,
+                                    .operand = a,
+                                    .swap_value = b,
+                                    .rkey = d_.memory.rkey});
     detail::engine& e = detail::start_access::of(*conn_);
     if (std::error_code ec = check(index, 1)) {
       e.fail_now(op, ec);

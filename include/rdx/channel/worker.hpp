@@ -7,10 +7,11 @@
 //
 // Threading: a worker and every connection attached to it are used by one
 // thread at a time (checked in debug builds); a stop_token may be stopped
-// from any thread.
+// from any thread. More in rdx's design notes (share/doc/rdx/design.md),
+// "Workers".
 #pragma once
 
-#include <rdx/channel/detail/engine.hpp>
+#include <rdx/channel/detail/engine_all.hpp>
 #include <rdx/channel/detail/worker_core.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/context.hpp>

@@ -1,5 +1,6 @@
 // rdx::cm: connections set up through librdmacm (target rdx::cm). The core
-// umbrella rdx/rdx.hpp never includes this.
+// umbrella rdx/rdx.hpp never includes this. How it works:
+// rdx's design notes (share/doc/rdx/design.md), "rdma_cm".
 #pragma once
 
 #include <rdx/cm/acceptor.hpp>

@@ -5,7 +5,8 @@
 // server's queue pairs reach RTS and its windows are bound before it
 // replies, the client's before it establishes, so ESTABLISHED is the
 // barrier. The ids stay with the connection: the peer's DISCONNECTED fails
-// its pending operations at once.
+// its pending operations at once. More in rdx's design notes (share/doc/rdx/design.md),
+// "rdma_cm".
 #pragma once
 
 #include <rdx/channel/connection.hpp>

@@ -1,6 +1,8 @@
 // rdx: the interface through which connection set-up authenticates the peer
 // over the TCP bootstrap. It needs no cryptography itself; rdx::auth
-// (rdx/auth/psk.hpp) implements it with a pre-shared key.
+// (rdx/auth/psk.hpp) implements it with a pre-shared key. The protocol:
+// rdx's design notes (share/doc/rdx/design.md), "Wire protocols", "Authenticated
+// set-up".
 #pragma once
 
 #include <chrono>

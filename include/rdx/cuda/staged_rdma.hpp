@@ -21,7 +21,7 @@
 #include <rdx/verbs/completion_queue.hpp>
 #include <rdx/verbs/memory_region.hpp>
 #include <rdx/verbs/poll.hpp>
-#include <rdx/verbs/queue_pair.hpp>
+#include <rdx/verbs/queue_pair_view.hpp>
 #include <rdx/verbs/work_request.hpp>
 
 #include <algorithm>
@@ -44,7 +44,7 @@ public:
   //! @param options chunk size and depth, equal on both peers
   //! @throws rdx::error (invalid_argument) when the peer's buffers are too
   //!         small for depth chunks
-  staged_rdma(queue_pair& qp, completion_queue& send_cq, completion_queue& recv_cq,
+  staged_rdma(queue_pair_view qp, completion_queue& send_cq, completion_queue& recv_cq,
               const memory_region& bounce, const remote_descriptor& peer_bounce,
               const staging_options& options, std::chrono::milliseconds timeout = std::chrono::seconds(30))
       : qp_(qp),
@@ -135,7 +135,7 @@ private:
     }
   }
   // The send-queue engine's depth: the queue pair's send queue (2 at least).
-  static std::uint32_t send_depth(const queue_pair& qp) noexcept {
+  static std::uint32_t send_depth(queue_pair_view qp) noexcept {
     return std::max<std::uint32_t>(2, qp.caps().max_send_wr);
   }
   [[noreturn]] static void fail(const char* what, std::size_t chunk, const std::string& why) {
@@ -293,7 +293,7 @@ private:
     return c;
   }
 
-  queue_pair& qp_;
+  queue_pair_view qp_;
   completion_queue& send_cq_;
   completion_queue& recv_cq_;
   const memory_region& bounce_;

@@ -149,7 +149,8 @@ public:
 
   //! Number of chunks a transfer of bytes takes.
   [[nodiscard]] std::size_t chunk_count(std::size_t bytes) const noexcept {
-    return (bytes + opt_.chunk_bytes - 1) / opt_.chunk_bytes;
+    const std::size_t len = chunk_for(bytes, opt_.chunk_bytes);
+    return (bytes + len - 1) / len;
   }
 
 private:
@@ -175,9 +176,10 @@ private:
   [[nodiscard]] staged_chunk chunk(std::size_t i, std::size_t n, std::size_t bytes) const noexcept {
     staged_chunk c;
     c.index = i;
-    c.offset = i * opt_.chunk_bytes;
+    const std::size_t chunk_len = chunk_for(bytes, opt_.chunk_bytes);
+    c.offset = i * chunk_len;
     c.slot = i % opt_.depth;
-    const std::size_t len = (bytes - c.offset < opt_.chunk_bytes) ? bytes - c.offset : opt_.chunk_bytes;
+    const std::size_t len = (bytes - c.offset < chunk_len) ? bytes - c.offset : chunk_len;
     c.host = bounce_.span().subspan(c.slot * opt_.chunk_bytes, len);
     c.last = (i + 1 == n);
     return c;

@@ -36,17 +36,28 @@ inline void os_random(void* buf, std::size_t n) {
 }
 
 //! A key to replace a memory window's key old: the same index (upper 24
-//! bits), a random key byte that is not old's, and never one away from the
-//! key this process chose last, so keys neither repeat nor step.
+//! bits), a random key byte that is not old's, and never one away from any of
+//! the last four keys this process chose. A type 2 window chooses its next key
+//! when it is allocated and again at each bind, so the key a grant uses was
+//! chosen two choices back; remembering four keeps consecutive grants' keys
+//! from stepping.
 [[nodiscard]] inline std::uint32_t fresh_window_key(std::uint32_t old) {
-  static std::atomic<std::uint32_t> last{0};
+  constexpr std::size_t kept = 4;
+  static std::atomic<std::uint32_t> recent[kept]{};
+  static std::atomic<std::size_t> next{0};
   for (;;) {
     unsigned char b = 0;
     os_random(&b, 1);
     const std::uint32_t k = (old & 0xffffff00u) | b;
-    const std::uint32_t prev = last.load(std::memory_order_relaxed);
-    if (k == old || k - prev == 1 || prev - k == 1) continue;
-    last.store(k, std::memory_order_relaxed);
+    bool steps = k == old;
+    for (const auto& r : recent) {
+      const std::uint32_t prev = r.load(std::memory_order_relaxed);
+      steps = steps || k - prev == 1 || prev - k == 1;
+    }
+    if (steps) {
+      continue;
+    }
+    recent[next.fetch_add(1, std::memory_order_relaxed) % kept].store(k, std::memory_order_relaxed);
     return k;
   }
 }

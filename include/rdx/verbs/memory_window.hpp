@@ -89,7 +89,8 @@ public:
   }
 
   //! Type 2: the key the next bind_wr() gives the window (its key byte random
-  //! from the OS CSPRNG, never the current one and never one step away).
+  //! from the OS CSPRNG, never the current one and never one step away from the
+  //! last keys this process chose).
   [[nodiscard]] std::uint32_t next_rkey() const noexcept { return next_rkey_; }
   //! Type 2: a bind work request for [offset, offset + len) of mr; post it on a
   //! queue pair of the same PD. The window's rkey() becomes next_rkey() now,

@@ -7,12 +7,15 @@
 #include <rdx/verbs/endpoint.hpp>
 #include <rdx/verbs/gid.hpp>
 #include <rdx/verbs/memory_region.hpp>
+#include <rdx/verbs/retransmission.hpp>
 #include <rdx/verbs/shared_receive_queue.hpp>
 
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -119,7 +122,50 @@ struct connect_options {
   std::uint8_t sl = 0;                  //!< service level of the path
   std::uint8_t traffic_class = 0;  //!< GRH traffic class (RoCE: DSCP and ECN bits), when the path has a GRH
   std::uint8_t hop_limit = 64;     //!< GRH hop limit (IP TTL on RoCE v2)
+
+  //! Sets `timeout` to the smallest code whose wait is at least `d` and
+  //! returns the wait it became (ack_timeout_code: refuses zero or above 2.4 h).
+  std::chrono::nanoseconds set_ack_timeout(std::chrono::nanoseconds d) {
+    timeout = ack_timeout_code(d);
+    return ack_timeout_of(timeout);
+  }
+  //! The wait `timeout` stands for (4.096 us x 2^timeout).
+  [[nodiscard]] std::chrono::nanoseconds ack_timeout() const noexcept { return ack_timeout_of(timeout); }
+  //! Sets `min_rnr_timer` to the code of the smallest delay at least `d` and
+  //! returns the delay it became (rnr_timer_code: 0.01 ms to 655.36 ms).
+  std::chrono::nanoseconds set_rnr_timer(std::chrono::nanoseconds d) {
+    min_rnr_timer = rnr_timer_code(d);
+    return rnr_timer_of(min_rnr_timer);
+  }
+  //! The delay `min_rnr_timer` stands for (code 0 is the longest, 655.36 ms).
+  [[nodiscard]] std::chrono::nanoseconds rnr_timer() const noexcept { return rnr_timer_of(min_rnr_timer); }
 };
+
+//! One line that says what the retransmission settings mean in time, e.g.
+//! "ACK timeout 67.1 ms (code 14), 6 retries: an unanswered request fails
+//! after 470 ms to 1.88 s; RNR timer 0.64 ms (code 12), RNR retries forever",
+//! with the traps named (retry_cnt 7 retries forever on Soft-RoCE).
+[[nodiscard]] inline std::string retransmission_summary(const connect_options& o) {
+  auto ms = [](std::chrono::nanoseconds d) {
+    char b[32];
+    const double v = std::chrono::duration<double, std::milli>(d).count();
+    if (v >= 1000.0) {
+      std::snprintf(b, sizeof b, "%.3g s", v / 1000.0);
+    } else {
+      std::snprintf(b, sizeof b, "%.3g ms", v);
+    }
+    return std::string(b);
+  };
+  const auto window = retry_window(o.timeout, o.retry_cnt);
+  std::string s = "ACK timeout " + ms(o.ack_timeout()) + " (code " + std::to_string(o.timeout) + "), " +
+                  std::to_string(o.retry_cnt) + " retries: an unanswered request fails after " + ms(window) +
+                  " to " + ms(window * 4);
+  if (o.retry_cnt == 7) s += " (on Soft-RoCE retry_cnt 7 retries forever)";
+  s += "; RNR timer " + ms(o.rnr_timer()) + " (code " + std::to_string(o.min_rnr_timer) + ")";
+  if (o.min_rnr_timer == 0) s += " (code 0 is the longest wait, not the shortest)";
+  s += o.rnr_retry == 7 ? ", RNR retries forever" : ", " + std::to_string(o.rnr_retry) + " RNR retries";
+  return s;
+}
 
 namespace detail {
 //! Checks queue sizes against the device; the error names field, value and limit.

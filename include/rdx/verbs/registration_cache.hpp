@@ -13,7 +13,8 @@
 //
 // Memory that is never unmapped (a pool kept for the process's life) needs nothing. On a device
 // with on-demand paging, asking for access::on_demand in get() makes registrations follow the
-// mapping instead (Soft-RoCE on Linux 6.1 refuses it).
+// mapping instead (Soft-RoCE on Linux 6.1 refuses it). More in rdx's design notes (share/doc/rdx/design.md),
+// "Ownership", "Registration cache".
 #pragma once
 
 #include <rdx/error.hpp>

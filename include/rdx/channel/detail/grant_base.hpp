@@ -5,7 +5,7 @@
 // queue pair; where the device has no type 2 windows, a registration of
 // exactly the range with the granted rights. The connection lists its grants, binds
 // them once its queue pairs are in RTS, and revokes them before it destroys
-// its queue pairs (detail/grants.hpp).
+// its queue pairs.
 #pragma once
 
 #include <rdx/verbs/context.hpp>
@@ -75,17 +75,18 @@ public:
   }
 
 protected:
-  inline grant_base(engine& e, const memory_region& mr, const void* addr, std::size_t bytes, access rights,
-                    grant_options opt);
-  inline grant_base(grant_base&& o) noexcept;
+  grant_base(engine& e, const memory_region& mr, const void* addr, std::size_t bytes, access rights,
+             grant_options opt);
+  grant_base(grant_base&& o) noexcept;
   ~grant_base() { revoke(); }
   //! Makes every key invalid at once (deallocates the windows or deregisters
   //! the exact registration); a peer's later access fails at the NIC with a
   //! remote access error. Idempotent.
-  inline void revoke() noexcept;
+  void revoke() noexcept;
 
 private:
   friend class engine;
+  friend class grant_table;
   grant_base() = default;  // the connection's own credit-word grant
   engine* eng_ = nullptr;
   grant_base* prev_ = nullptr;
@@ -103,6 +104,3 @@ private:
 
 }  // namespace detail
 }  // namespace rdx
-
-// The definitions need the engine (detail/grants.hpp, included by it).
-#include <rdx/channel/detail/engine.hpp>

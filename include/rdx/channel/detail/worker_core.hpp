@@ -3,9 +3,8 @@
 // completion's connection from its queue-pair number, the lists of
 // connections with work to finish, and the wake-up descriptors (the
 // completion channel, a stop eventfd, rdma_cm links and the device's
-// asynchronous events). Its member
-// functions that drive connections are in detail/worker_drive.hpp, after the
-// engine they drive.
+// asynchronous events). Its member functions, which need the engine, are
+// in engine_parts/worker_members.hpp and engine_parts/worker_drive.hpp.
 #pragma once
 
 #include <rdx/channel/connection_attr.hpp>
@@ -75,16 +74,16 @@ struct resume_frame {
 class worker_core {
 public:
   // pd: the protection domain of its receive pool (nullptr: none may be asked for).
-  inline worker_core(const context& ctx, const worker_attr& attr, const protection_domain* pd);
+  worker_core(const context& ctx, const worker_attr& attr, const protection_domain* pd);
   worker_core(const worker_core&) = delete;
   worker_core& operator=(const worker_core&) = delete;
-  inline ~worker_core();
+  ~worker_core();
 
   // --- what the public worker offers -------------------------------------------
   [[gnu::noinline]] inline int progress() noexcept;
-  inline std::error_code wait(std::chrono::milliseconds timeout) noexcept;
-  inline std::error_code arm() noexcept;
-  inline void ack_events() noexcept;
+  std::error_code wait(std::chrono::milliseconds timeout) noexcept;
+  std::error_code arm() noexcept;
+  void ack_events() noexcept;
   [[nodiscard]] int fd() const noexcept { return epoll_fd_; }
   [[nodiscard]] bool events() const noexcept { return channel_.has_value(); }
   [[nodiscard]] std::size_t connections() const noexcept { return attached_; }
@@ -97,27 +96,27 @@ public:
 
   // --- what its connections use ---------------------------------------------------
   // The receive pool for a connection on pd with attr (nullptr: none); throws when they do not fit it.
-  [[nodiscard]] inline receive_pool* pool(const protection_domain& pd, const connection_attr& attr) const;
+  [[nodiscard]] receive_pool* pool(const protection_domain& pd, const connection_attr& attr) const;
   [[nodiscard]] receive_pool* pool() const noexcept { return pool_ ? pool_.get() : nullptr; }
   // Posts the pool's returned buffers (one doorbell) and sends the credit
   // reports their grants made due.
-  inline void flush_pool() noexcept;
+  void flush_pool() noexcept;
   // A completion of a connection no longer here: a receive's pool buffer goes back.
-  [[gnu::cold]] inline void return_stray(const completion& c) noexcept;
+  [[gnu::cold]] void return_stray(const completion& c) noexcept;
   // Reserves a connection's completion-queue entries and lists it; throws when it does not fit.
-  inline void join(engine& e, int entries);
+  void add_connection(engine& e, int entries);
   // Its queue pairs: completions of qp_num go to e from now on.
-  inline void add_queue_pair(std::uint32_t qp_num, engine& e);
-  // Everything join and add_queue_pair did, undone; completions of its queue pairs left in the CQ are
-  // dropped.
-  inline void leave(engine& e) noexcept;
+  void add_queue_pair(std::uint32_t qp_num, engine& e);
+  // Everything add_connection and add_queue_pair did, undone; completions of its queue pairs left in the CQ
+  // are dropped.
+  void remove_connection(engine& e) noexcept;
   // Polls the shared queue and hands each completion to its connection; returns the completions handled.
-  [[gnu::always_inline]] inline int poll() noexcept;
+  [[gnu::always_inline]] int poll() noexcept;
   // Out of line: the engine's hot functions stay as small as without a worker.
   [[gnu::noinline]] inline void mark_ready(engine& e) noexcept;
   [[gnu::noinline]] inline void mark_pumping(engine& e) noexcept;
   // e has a suspended bounded await now (on), or none any more.
-  inline void bounded_changed(engine& e, bool on) noexcept;
+  void bounded_changed(engine& e, bool on) noexcept;
   void holding_changed(int d) noexcept { holding_ += d; }
   // A stop request on one of its connections, from any thread.
   void signal_stop() noexcept {
@@ -152,21 +151,21 @@ private:
       if (s.key == empty_key) return nullptr;
     }
   }
-  inline void rehash(std::size_t size);
-  inline void link(engine& e, worker_list l) noexcept;
-  inline void unlink(engine& e, worker_list l) noexcept;
-  inline engine* pop(worker_list l) noexcept;
+  void rehash(std::size_t size);
+  void link(engine& e, worker_list l) noexcept;
+  void unlink(engine& e, worker_list l) noexcept;
+  engine* pop(worker_list l) noexcept;
   // send_queue::cover_watch::first of a connection on this worker: lists it for arm().
-  static inline void uncovered(void* e) noexcept;
-  [[gnu::always_inline]] inline void settle() noexcept;
+  static void uncovered(void* e) noexcept;
+  [[gnu::always_inline]] void settle() noexcept;
   [[gnu::noinline]] inline void settle_all() noexcept;
-  inline void sweep(std::chrono::steady_clock::time_point now) noexcept;
+  void sweep(std::chrono::steady_clock::time_point now) noexcept;
   // The device's asynchronous events, each handed to its connection
-  // (detail/device_events.hpp); an empty now reads the descriptor at once.
-  inline void device_events(std::chrono::steady_clock::time_point now) noexcept;
-  inline void sweep_bounded(std::chrono::steady_clock::time_point now) noexcept;
-  inline void resume() noexcept;
-  [[nodiscard]] inline std::chrono::steady_clock::time_point sleep_until(
+  // (detail/engine_parts/device_events.hpp); an empty now reads the descriptor at once.
+  void device_events(std::chrono::steady_clock::time_point now) noexcept;
+  void sweep_bounded(std::chrono::steady_clock::time_point now) noexcept;
+  void resume() noexcept;
+  [[nodiscard]] std::chrono::steady_clock::time_point sleep_until(
       std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until) const noexcept;
 
   context ctx_;

@@ -2,7 +2,9 @@
 // now, moved), bounded awaits, drain, and the connection's teardown: queue
 // pairs to error, drained (bounded), every operation ended once with
 // operation_aborted, no coroutine resumed, queue pairs destroyed before the
-// memory they used. Included by detail/engine.hpp.
+// memory they used. The rules: rdx's design notes (share/doc/rdx/design.md),
+// "Lifetimes, cancellation and time", "Teardown". A part of
+// detail/engine_all.hpp (include that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -11,12 +13,12 @@ namespace rdx::detail {
 
 // --- lifetimes ----------------------------------------------------------------------
 
-inline void engine::forget(operation& op) noexcept {
+inline void engine::withdraw(operation& op) noexcept {
   thread_check::scope guard(*thread_, "destroying or canceling an operation");
   if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
   release_slot(op.p_);
   if (op.pending_ != 0) {
-    repoint(op, nullptr);
+    point_records(op, nullptr);
     op.pending_ = 0;
   }
 }
@@ -24,7 +26,7 @@ inline void engine::forget(operation& op) noexcept {
 // Points the send-queue records of op at to. One outstanding request (the
 // usual case: a send, an atomic, an unstriped write) is found at once from
 // the sequence number op kept; more are looked for in every send queue.
-inline void engine::repoint(operation& op, operation* to) noexcept {
+inline void engine::point_records(operation& op, operation* to) noexcept {
   if (op.pending_ == 1) {
     sq_record* r = sqs_[op.p_.qp].find(op.p_.seq);
     if (r != nullptr && r->owner == &op) {
@@ -40,14 +42,14 @@ inline void engine::repoint(operation& op, operation* to) noexcept {
 }
 
 inline void engine::end_now(operation& op, std::error_code ec) noexcept {
-  forget(op);
+  withdraw(op);
   op.ec_ = ec;
   complete(op);
 }
 
-inline void engine::relink(operation& from, operation& to) noexcept {
+inline void engine::follow_move(operation& from, operation& to) noexcept {
   if (from.list_ != op_list::none) fifo_of(from.list_).replace(from, to);
-  if (from.pending_ != 0) repoint(from, &to);
+  if (from.pending_ != 0) point_records(from, &to);
   if (from.bounded_ != nullptr) from.bounded_->op_ = &to;
 }
 
@@ -105,7 +107,7 @@ inline void engine::shut_down() noexcept {
     remove_bounded(a);
   }
   const std::error_code aborted = make_error_code(errc::operation_aborted);
-  for (op_fifo* f : {&deferred_, &receives_, &notifications_}) {
+  for (op_fifo* f : {&deferred_.list(), &receives_, &notifications_}) {
     while (!f->empty()) {
       operation& op = *f->pop();
       release_slot(op.p_);
@@ -134,7 +136,7 @@ inline void engine::shut_down() noexcept {
   // queue is dropped, and no list of the worker points here any more.
   if (worker_ != nullptr) {
     if (link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
-    worker_->leave(*this);
+    worker_->remove_connection(*this);
     if (ring_.pool() != nullptr) worker_->flush_pool();
   }
   sqs_.clear();

@@ -1,7 +1,7 @@
 // rdx::detail: what a connection does with each completion: send-queue
 // retirement, message and notification delivery with credit return, the
 // ready list, deadlines, stop requests and the liveness probe, and the
-// first failure. Included by detail/engine.hpp.
+// first failure. A part of detail/engine_all.hpp (include that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -41,10 +41,11 @@ inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
     if (op != nullptr) finish_part(*op, ec);
     return;
   }
-  if (r.kind == rec_staged) stage_free_->push(r.aux);
+  if (r.kind == rec_paced) paced_done(r.aux, ec);
+  if (r.kind == rec_staged) slots_.give_staging(r.aux);
   if (r.kind == rec_atomic) {
-    if (op != nullptr && !ec) op->value_ = atomics_[r.aux];
-    free_atomics_.push(r.aux);
+    if (op != nullptr && !ec) op->value_ = slots_.atomic_result(r.aux);
+    slots_.give_atomic(r.aux);
   }
   // Work flushed because the peer disconnected ends with that reason, not the flush.
   if (failed_ && failure_ == errc::peer_disconnected && ec == make_wc_error_code(IBV_WC_WR_FLUSH_ERR)) {
@@ -194,8 +195,7 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
   // The device's events of its queue pairs (a worker looks for its connections itself).
   if (device_events_ != nullptr && now != std::chrono::steady_clock::time_point{}) look_at_device(now);
   if (link_ != nullptr && connected_ && !failed_ && now != std::chrono::steady_clock::time_point{} &&
-      now - link_checked_ >= std::chrono::milliseconds(1)) {
-    link_checked_ = now;
+      live_.link_due(now)) {
     if (std::error_code ec = link_->poll()) {
       // What the peer sent before it disconnected completed before its DREQ
       // left (a responder completes, then acknowledges): deliver it first.
@@ -220,15 +220,10 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
   // Liveness: receives (or deferred sends) wait and nothing is in flight
   // that would notice a dead peer by itself.
   if (!connected_ || failed_ || !something_waits() || sqs_[0].outstanding() != 0) {
-    idle_since_ = {};
+    live_.not_idle();
     return;
   }
-  if (idle_since_ == std::chrono::steady_clock::time_point{}) {
-    idle_since_ = now;
-  } else if (now - idle_since_ >= attr_.keepalive) {
-    (void)sqs_[0].probe();
-    idle_since_ = now;
-  }
+  if (live_.probe_due(now, attr_.keepalive)) (void)sqs_[0].probe();
 }
 
 // The stall watchdog (connection_attr::stall_timeout): a queue pair awaits a
@@ -245,20 +240,16 @@ inline void engine::check_stall(std::chrono::steady_clock::time_point now) noexc
     }
   }
   if (q == sqs_.size()) {
-    stall_since_ = {};
+    live_.not_stalled();
     return;
   }
-  if (stall_since_ == std::chrono::steady_clock::time_point{}) {
-    stall_since_ = now;
-    return;
-  }
-  if (now - stall_since_ < stall_bound()) return;
+  if (!live_.stalled(now, stall_bound())) return;
   // A completion that woke an event-mode sleep is not polled yet: take it first.
   if (poll_once() > 0 || failed_) {
-    stall_since_ = {};
+    live_.not_stalled();
     return;
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - stall_since_).count();
+  const auto ms = live_.stalled_for(now).count();
   std::snprintf(
       failure_text_, sizeof failure_text_,
       "no completion for %lld ms while queue pair %zu had %u posted requests to complete; the NIC neither "
@@ -288,6 +279,22 @@ inline void engine::fail(std::error_code ec) noexcept {
     if (op.pending_ == 0) complete(op);
   }
   deliver();
+}
+
+// The peer sent beyond the credits a receive pool gave it.
+inline void engine::fail_overrun() noexcept {
+  std::snprintf(failure_text_, sizeof failure_text_,
+                "the peer sent message %u but was given credits for %u (the receive pool takes no more)",
+                ring_.share().received, ring_.share().consumed + ring_.depth());
+  fail(make_error_code(errc::protocol_error));
+}
+
+// The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
+inline void engine::fail_protocol() noexcept {
+  std::snprintf(failure_text_, sizeof failure_text_,
+                "the peer's credit count says %u messages were consumed, but this side sent %u",
+                ring_.peer_consumed(), ring_.sent());
+  fail(make_error_code(errc::protocol_error));
 }
 
 // Every queue pair to ERR. Requests that succeeded unsignaled leave no

@@ -4,7 +4,7 @@
 // in order, and posted by a later progress() when the room or the credit
 // comes, so nothing spins and a coroutine simply stays suspended. Once one
 // operation is deferred, later ones queue behind it: operations reach the
-// NIC in the order they were started. Included by detail/engine.hpp.
+// NIC in the order they were started. A part of detail/engine_all.hpp (include that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -30,7 +30,7 @@ inline bool engine::usable(operation& op) noexcept {
 }
 
 inline void engine::defer(operation& op) noexcept {
-  deferred_.push(op);
+  deferred_.defer(op);
   if (worker_ != nullptr) worker_->mark_pumping(*this);
   // Room comes back with completions: the last posted request must make one.
   cover_all();
@@ -47,17 +47,17 @@ inline void engine::submit(operation& op) noexcept {
 // progress), so this waits for the NIC, bounded by the retry budget; when
 // deferred sends hold them all, there is nothing to wait for.
 inline bool engine::take_staging(std::uint32_t& slot) noexcept {
-  if (stage_free_->empty() && sqs_[0].outstanding() != 0) {
+  if (slots_.staging_empty() && sqs_[0].outstanding() != 0) {
     flush_held();
     const auto deadline = std::chrono::steady_clock::now() + detection_bound();
     (void)sqs_[0].cover();
-    for (unsigned spins = 0; stage_free_->empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
+    for (unsigned spins = 0; slots_.staging_empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
       poll_once();
       if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) break;
     }
   }
-  if (stage_free_->empty()) return false;
-  slot = stage_free_->pop();
+  if (slots_.staging_empty()) return false;
+  slot = slots_.take_staging();
   return true;
 }
 
@@ -115,7 +115,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   std::uint32_t slot = 0;
   if (!take_staging(slot))
     return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
-  std::memcpy(stage_base_ + std::size_t{slot} * stage_stride_, data, bytes);
+  std::memcpy(slots_.staging(slot), data, bytes);
   op.p_.slot = slot;
   if (!now || post_some(op) == post_result::blocked) defer(op);
 }
@@ -191,18 +191,18 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::read: return post_rdma(op);
     case op_kind::fetch_add:
     case op_kind::compare_swap: {
-      if (free_atomics_.empty() || !q0.has_room()) return post_result::blocked;
-      const std::uint32_t slot = free_atomics_.pop();
-      flat_wr w{.sge = atomics_.sge(slot, 1),
+      if (slots_.atomics_empty() || !q0.has_room()) return post_result::blocked;
+      const std::uint32_t slot = slots_.take_atomic();
+      flat_wr w{.sge = slots_.atomic_sge(slot),
                 .remote_addr = p.raddr,
-                .compare_add = p.a,
-                .swap = p.b,
+                .compare_add = p.operand,
+                .swap = p.swap_value,
                 .rkey = p.rkey,
                 .opcode = op.kind_ == op_kind::compare_swap ? IBV_WR_ATOMIC_CMP_AND_SWP
                                                             : IBV_WR_ATOMIC_FETCH_AND_ADD};
       p.seq = q0.next_seq();
       if ((ec = q0.post(w, &op, rec_atomic, slot))) {
-        free_atomics_.push(slot);
+        slots_.give_atomic(slot);
       } else {
         op.pending_ = 1;
       }
@@ -212,10 +212,8 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
       // From a staging slot, or straight from the caller's registered memory.
       const bool staged = p.slot != no_slot;
-      const ibv_sge sge =
-          staged ? ibv_sge{reinterpret_cast<std::uint64_t>(stage_base_ + std::size_t{p.slot} * stage_stride_),
-                           static_cast<std::uint32_t>(p.length), stage_lkey_}
-                 : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
+      const ibv_sge sge = staged ? slots_.staging_sge(p.slot, static_cast<std::uint32_t>(p.length))
+                                 : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
       flat_wr w{.sge = sge, .imm_data = htonl(ring_.piggyback()), .opcode = IBV_WR_SEND_WITH_IMM};
       if ((ec = q0.post(w, &op, staged ? rec_staged : rec_op, staged ? p.slot : 0))) break;
@@ -286,7 +284,7 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
   bool blocked = false;
   for (auto& q : sqs_) q.hold();
   while (p.posted < p.length) {
-    const std::uint64_t len = std::min(p.length - p.posted, chunk_left(p));
+    const std::uint64_t len = std::min(p.length - p.posted, pacing_ ? paced_left(p) : chunk_left(p));
     const std::uint32_t qi = next_qp();
     send_queue& q = sqs_[qi];
     if (!q.has_room()) {
@@ -295,7 +293,21 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
     }
     p.qp = qi;
     p.seq = q.next_seq();
-    q.emplace_held([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_op);
+    if (pacing_) {
+      // The window is full: the rest waits in the deferred list, posted as
+      // paced chunks complete (pump()).
+      if (!pacer_.may_send(paced_bytes_)) {
+        blocked = true;
+        break;
+      }
+      const auto now = std::chrono::steady_clock::now().time_since_epoch();
+      paced_bytes_ += len;
+      paced_[qi].push({std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), len, paced_bytes_,
+                       len == pacer_.chunk()});
+      q.emplace_held_signaled([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_paced, qi);
+    } else {
+      q.emplace_held([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_op);
+    }
     ++rr_;
     ++op.pending_;
     p.posted += len;
@@ -313,18 +325,36 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
   return post_result::failed;
 }
 
+// A paced chunk retired (completed, flushed or never posted): its bytes
+// leave the window, and a whole chunk that completed teaches it its time.
+inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
+  if (qi >= paced_.size()) return;
+  const paced_chunks::entry e = paced_[qi].pop();
+  paced_bytes_ -= std::min(paced_bytes_, e.bytes);
+  if (ec || !e.full) return;
+  const std::chrono::nanoseconds now = std::chrono::steady_clock::now().time_since_epoch();
+  const std::chrono::nanoseconds rtt = now - std::chrono::nanoseconds(e.posted_ns);
+  // The chunk waited behind what was queued when it left: its time per its
+  // share of that queue is what a crowded or lossy path lengthens, where the
+  // bare completion time grows with the window itself.
+  const auto share = std::chrono::nanoseconds(
+      static_cast<std::int64_t>(static_cast<double>(rtt.count()) * static_cast<double>(e.bytes) /
+                                static_cast<double>(std::max(e.queued, e.bytes))));
+  pacer_.on_completion(e.bytes, share, now, rtt);
+}
+
 // Posts deferred operations, oldest first, while they fit.
 inline void engine::pump() noexcept {
   if (failed_) return;
   if (!ring_.peer_count_valid()) return fail_protocol();
-  while (!deferred_.empty()) {
-    operation& op = *deferred_.front();
-    if (post_some(op) == post_result::blocked) {
-      cover_all();
-      return;
-    }
-    deferred_.erase(op);
-    if (op.pending_ == 0) complete(op);
+  const bool all =
+      deferred_.post_in_order([this](operation& op) { return post_some(op) != post_result::blocked; },
+                              [this](operation& op) {
+                                if (op.pending_ == 0) complete(op);
+                              });
+  if (!all) {
+    cover_all();
+    return;
   }
   // What was deferred may be waited on already (wait() covered the queues
   // before these requests were posted, a coroutine awaits it): the last

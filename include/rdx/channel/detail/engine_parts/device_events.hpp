@@ -4,8 +4,8 @@
 // an event that breaks a queue pair of a connection that has not failed yet
 // fails it with errc::device_error; an event that comes after the error
 // completion fills in the cause later. Only the failure path and the clocks'
-// sweep look at the log: the data path never does. Included by
-// detail/engine.hpp.
+// sweep look at the log: the data path never does. A part of
+// detail/engine_all.hpp (include that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>

@@ -1,6 +1,7 @@
 // rdx::detail: event mode: arming the completion queue, taking its events,
 // and sleeping on the completion channel, the stop eventfd and the device's
-// asynchronous events, never past the next deadline or keepalive. Included by detail/engine.hpp.
+// asynchronous events, never past the next deadline or keepalive. A part of detail/engine_all.hpp (include
+// that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -46,7 +47,7 @@ inline std::error_code engine::wait_event(std::chrono::milliseconds timeout) noe
   pollfd p[4] = {{channel_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {-1, POLLIN, 0}, {-1, POLLIN, 0}};
   if (link_ != nullptr && connected_ && !failed_) {
     p[2].fd = link_->fd();
-    link_checked_ = {};  // a cm event wakes this sleep: housekeeping below takes it now
+    live_.link_woke();  // a cm event wakes this sleep: housekeeping below takes it now
   }
   // The device's asynchronous events wake it too (read at once, so the descriptor does not stay readable).
   if (device_events_ != nullptr && !failed_) p[3].fd = ctx_.native_handle()->async_fd;

@@ -2,7 +2,8 @@
 // each one with its memory windows or exact registration, widening the queue
 // pairs' remote rights to what the grants need, binding the windows once the
 // queue pairs are in RTS, revoking, and the peer's per-queue-pair keys.
-// Included by detail/engine.hpp.
+// The rules: rdx's design notes (share/doc/rdx/design.md), "Trust", "Grants". A part of
+// detail/engine_all.hpp (include that).
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -28,7 +29,7 @@ inline grant_base::grant_base(grant_base&& o) noexcept
       exact_(std::move(o.exact_)),
       rkeys_(std::move(o.rkeys_)) {
   o.exact_.reset();
-  if (eng_ != nullptr) eng_->relink_grant(o, *this);
+  if (eng_ != nullptr) eng_->follow_grant_move(o, *this);
 }
 
 inline void grant_base::revoke() noexcept {
@@ -49,8 +50,8 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
     bad(errc::invalid_argument, "the memory region belongs to another protection domain than the connection");
   grant_backing b = opt.backing;
   if (b == grant_backing::automatic)
-    b = windows_supported_ ? grant_backing::memory_window : grant_backing::exact_registration;
-  if (b == grant_backing::memory_window && !windows_supported_) {
+    b = grants_.windows_supported() ? grant_backing::memory_window : grant_backing::exact_registration;
+  if (b == grant_backing::memory_window && !grants_.windows_supported()) {
     bad(errc::unsupported, "the device " + ctx_.name() +
                                " has no type 2 memory windows; ask for grant_backing::exact_registration "
                                "(or automatic, which falls back to it)");
@@ -77,12 +78,8 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
   }
   // Listed last, so a failure above leaves nothing behind.
   g.eng_ = this;
-  g.next_ = grants_;
-  if (grants_ != nullptr) grants_->prev_ = &g;
-  grants_ = &g;
+  const access want = grants_.add(g);
   if (!g.first_qp_only_) {
-    granted_ |= rights;
-    const access want = access::remote_write | granted_;
     for (auto& q : qps_) {
       if (q.remote_access() != want) {
         try {
@@ -105,16 +102,11 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
 }
 
 inline void engine::detach_grant(grant_base& g) noexcept {
-  if (g.prev_ != nullptr) g.prev_->next_ = g.next_;
-  if (g.next_ != nullptr) g.next_->prev_ = g.prev_;
-  if (grants_ == &g) grants_ = g.next_;
-  g.prev_ = g.next_ = nullptr;
+  grants_.remove(g);
 }
 
-inline void engine::relink_grant(grant_base& from, grant_base& to) noexcept {
-  if (to.prev_ != nullptr) to.prev_->next_ = &to;
-  if (to.next_ != nullptr) to.next_->prev_ = &to;
-  if (grants_ == &from) grants_ = &to;
+inline void engine::follow_grant_move(grant_base& from, grant_base& to) noexcept {
+  grants_.moved(from, to);
 }
 
 // Binds every window not bound yet, each through its own queue pair, and
@@ -131,7 +123,7 @@ inline void engine::bind_grants() {
       progress();
     }
   };
-  for (grant_base* g = grants_; g != nullptr; g = g->next_) {
+  for (grant_base* g = grants_.first(); g != nullptr; g = grant_table::next(*g)) {
     if (g->bound_) continue;
     for (std::uint32_t i = 0; i < g->windows_.size(); ++i) {
       send_queue& q = sqs_[i];
@@ -154,18 +146,11 @@ inline void engine::bind_grants() {
 }
 
 inline std::uint32_t engine::add_peer_window(std::span<const std::uint32_t> keys) {
-  if (keys.size() != qps_.size()) {
-    throw_rdx(errc::invalid_argument, "remote_window: the peer sent keys for " + std::to_string(keys.size()) +
-                                          " queue pairs, the connection has " + std::to_string(qps_.size()));
-  }
-  if (std::all_of(keys.begin(), keys.end(), [&](std::uint32_t k) { return k == keys[0]; })) return no_slot;
-  const auto index = static_cast<std::uint32_t>(peer_keys_.size() / qps_.size());
-  peer_keys_.insert(peer_keys_.end(), keys.begin(), keys.end());
-  return index;
+  return grants_.add_peer_window(keys, qps_.size());
 }
 
 inline void engine::revoke_grants() noexcept {
-  while (grants_ != nullptr) grants_->revoke();
+  grants_.revoke_all();
 }
 
 }  // namespace rdx::detail

@@ -1,0 +1,316 @@
+// rdx alltoall: every rank of a job writes a distinct block into every other
+// rank's window (the dispatch of a mixture-of-experts layer), then checks
+// every byte it received. Start it with a launcher; it reads its rank from
+// torchrun's, Open MPI's or Slurm's variables (rdx::group::from_environment)
+// and meets the others at MASTER_ADDR:MASTER_PORT, or, built with rdx::pmix
+// and started by a PMIx server with no MASTER_ADDR, takes both from the
+// server (rdx::group::pmix_session):
+//
+//   torchrun --nproc-per-node 4 --no-python alltoall -s 64K
+//   MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 mpirun -np 8 -x MASTER_ADDR -x MASTER_PORT alltoall
+//   mpirun -np 8 alltoall    (or srun --mpi=pmix -n 8 alltoall: PMIx)
+//   alltoall --rank 0 --world 2 --master 10.0.0.1:29500    (and --rank 1 elsewhere)
+#include <rdx/group/environment.hpp>
+#include <rdx/group/mesh.hpp>
+#include <rdx/rdx.hpp>
+#if RDX_EXAMPLES_PMIX
+#include <rdx/group/pmix.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../common.hpp"
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// How the ranks learn their place and meet (--bootstrap).
+enum class bootstrap { automatic, pmix, tcp };
+
+#if RDX_EXAMPLES_PMIX
+constexpr bool built_with_pmix = true;
+#else
+constexpr bool built_with_pmix = false;
+#endif
+
+struct options {
+  std::string device;
+  std::size_t block = 64 * 1024;  // bytes each rank writes to each other rank
+  std::uint32_t iters = 20;
+  std::uint32_t warmup = 2;
+  std::chrono::seconds timeout{60};
+  std::optional<std::uint32_t> rank, world;
+  std::string master;  // host:port
+  std::optional<std::chrono::milliseconds> ack_timeout;
+  bool events = false;  // sleep on the worker's descriptor instead of polling
+  bootstrap boot = bootstrap::automatic;
+  bool quiet = false;
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "Usage: %s [options]\n"
+      "\n"
+      "Every rank writes a block of -s bytes into every other rank's window, all\n"
+      "ranks meet at a barrier, and each checks every byte it received (a pattern\n"
+      "of the iteration, the writer and the reader). The ranks are connected in\n"
+      "a full mesh on one rdx::worker each (rdx::group::mesh).\n"
+      "\n"
+      "Where the rank comes from (the first that is set):\n"
+      "  torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT\n"
+      "  Open MPI   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (pass\n"
+      "             MASTER_ADDR and MASTER_PORT with mpirun -x)\n"
+      "  Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (and MASTER_ADDR/PORT)\n"
+      "  flags      --rank R --world N --master HOST:PORT\n"
+      "  PMIx       the PMIx server of mpirun or srun --mpi=pmix gives the rank and\n"
+      "             carries the ranks' addresses (see --bootstrap; this build: %s)\n"
+      "\n"
+      "Options:\n"
+      "  -d, --ib-dev DEV        RDMA device (default: RDX_DEVICE, else the first ACTIVE one)\n"
+      "  -s, --size BYTES        block per peer (default 64K; K, M suffixes)\n"
+      "  -n, --iters N           timed iterations (default 20)\n"
+      "  -w, --warmup N          untimed iterations first (default 2)\n"
+      "  -t, --timeout SEC       set-up and every barrier (default 60)\n"
+      "      --rank R            this rank (with --world and --master)\n"
+      "      --world N           ranks in the job\n"
+      "      --master HOST:PORT  where rank 0 serves the rendezvous\n"
+      "      --bootstrap MODE    how the ranks meet: auto (default) takes PMIx when a\n"
+      "                          PMIx server launched the ranks and neither --rank nor\n"
+      "                          MASTER_ADDR is given, else rdx's TCP rendezvous; pmix\n"
+      "                          requires the PMIx server (and a build with rdx::pmix);\n"
+      "                          tcp always takes rdx's rendezvous (MASTER_ADDR and\n"
+      "                          MASTER_PORT, or --master)\n"
+      "      --ack-timeout MS    how long the NIC waits for an ACK before it resends\n"
+      "                          (rounded up to what verbs can express; a loaded\n"
+      "                          Soft-RoCE host needs hundreds of ms)\n"
+      "  -e, --events            sleep on the worker's descriptor while waiting, instead\n"
+      "                          of polling (ranks that outnumber the cores need it:\n"
+      "                          polling ranks starve the kernel's Soft-RoCE work)\n"
+      "  -q, --quiet             only the summary lines\n"
+      "  -h, --help              this text\n"
+      "\n"
+      "Each rank prints one line: its set-up steps and, over the timed iterations,\n"
+      "the median and worst time of one all-to-all (writes posted until the\n"
+      "barrier after them) and the bandwidth it sent, per peer and in all. Exit\n"
+      "status 0 only when every byte on every rank was right.\n",
+      argv0, built_with_pmix ? "with PMIx" : "without PMIx: libpmix-dev was not found");
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  examples::arg_reader a(argc, argv);
+  std::string v;
+  while (!a.done()) {
+    if (a.match({"-h", "--help"})) {
+      usage(argv[0]);
+      std::exit(0);
+    } else if (a.match({"-d", "--ib-dev"}, &v)) {
+      o.device = v;
+    } else if (a.match({"-s", "--size"}, &v)) {
+      o.block = examples::parse_number("--size", v, 8, 1ull << 30, true);
+    } else if (a.match({"-n", "--iters"}, &v)) {
+      o.iters = static_cast<std::uint32_t>(examples::parse_number("--iters", v, 1, 1000000));
+    } else if (a.match({"-w", "--warmup"}, &v)) {
+      o.warmup = static_cast<std::uint32_t>(examples::parse_number("--warmup", v, 0, 1000000));
+    } else if (a.match({"-t", "--timeout"}, &v)) {
+      o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
+    } else if (a.match({"--rank"}, &v)) {
+      o.rank = static_cast<std::uint32_t>(examples::parse_number("--rank", v, 0, 1u << 24));
+    } else if (a.match({"--world"}, &v)) {
+      o.world = static_cast<std::uint32_t>(examples::parse_number("--world", v, 1, 1u << 24));
+    } else if (a.match({"--master"}, &v)) {
+      o.master = v;
+    } else if (a.match({"--ack-timeout"}, &v)) {
+      o.ack_timeout = std::chrono::milliseconds(examples::parse_number("--ack-timeout", v, 1, 3600000));
+    } else if (a.match({"--bootstrap"}, &v)) {
+      if (v == "auto") {
+        o.boot = bootstrap::automatic;
+      } else if (v == "pmix") {
+        o.boot = bootstrap::pmix;
+      } else if (v == "tcp") {
+        o.boot = bootstrap::tcp;
+      } else {
+        throw examples::usage_error("--bootstrap " + v + ": expected auto, pmix or tcp");
+      }
+    } else if (a.match({"-e", "--events"})) {
+      o.events = true;
+    } else if (a.match({"-q", "--quiet"})) {
+      o.quiet = true;
+    } else {
+      throw examples::usage_error("unknown argument " + std::string(a.peek()));
+    }
+  }
+  if (o.rank.has_value() != o.world.has_value() || (o.rank && o.master.empty() && *o.world > 1)) {
+    throw examples::usage_error("--rank, --world and --master go together");
+  }
+  if (o.boot == bootstrap::pmix && o.rank) {
+    throw examples::usage_error("--bootstrap pmix takes the rank from the PMIx server: drop --rank");
+  }
+  if (o.boot == bootstrap::pmix && !built_with_pmix) {
+    throw examples::usage_error(
+        "--bootstrap pmix: this alltoall was built without rdx::pmix (install libpmix-dev and reconfigure)");
+  }
+  return o;
+}
+
+rdx::group::rank_info place(const options& o) {
+  if (!o.rank) return rdx::group::from_environment();
+  std::string host;
+  std::uint16_t port = 0;
+  if (!o.master.empty()) {
+    const auto colon = o.master.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw examples::usage_error("--master " + o.master + ": expected HOST:PORT");
+    }
+    host = o.master.substr(0, colon);
+    port = static_cast<std::uint16_t>(
+        examples::parse_number("--master port", o.master.substr(colon + 1), 1, 65535));
+  }
+  return rdx::group::given(*o.rank, *o.world, 0, 1, host, port);
+}
+
+// The byte `from` writes at offset i of its block at `to` in iteration `it`.
+std::byte pattern(std::uint32_t it, std::uint32_t from, std::uint32_t to, std::size_t i) {
+  const std::uint64_t x = (std::uint64_t{it} * 0x9e3779b1u) ^ (std::uint64_t{from} << 20) ^
+                          (std::uint64_t{to} << 8) ^ (i * 0x45d9f3bu) ^ (i >> 9);
+  return static_cast<std::byte>(x ^ (x >> 13));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+#if RDX_EXAMPLES_PMIX
+// Whether the ranks meet through the PMIx server (--bootstrap): auto takes it
+// only where the user named no other way (--rank, MASTER_ADDR).
+bool use_pmix(const options& o) {
+  switch (o.boot) {
+    case bootstrap::pmix: return true;
+    case bootstrap::tcp: return false;
+    case bootstrap::automatic: break;
+  }
+  return !o.rank && std::getenv("MASTER_ADDR") == nullptr && rdx::group::pmix_session::launched_by_pmix();
+}
+#endif
+
+int run(const options& o) {
+#if RDX_EXAMPLES_PMIX
+  // Before the mesh, so that it outlives it: the mesh's exchange calls it.
+  std::optional<rdx::group::pmix_session> pmix;
+  if (use_pmix(o)) pmix.emplace();
+  const rdx::group::rank_info me = pmix ? pmix->info() : place(o);
+#else
+  const rdx::group::rank_info me = place(o);
+#endif
+  const std::uint32_t n = me.size, r = me.rank;
+  rdx::context ctx = examples::open_device(o.device);
+  rdx::protection_domain pd(ctx);
+  const std::size_t bytes = o.block * n;
+  auto window = rdx::make_window_buffer<std::byte>(pd, bytes);
+  rdx::registered_buffer<std::byte> src(pd, bytes);
+  if (!o.quiet && r == 0) {
+    std::printf("alltoall: %u ranks (%s), a block of %zu bytes to each peer, %u iterations\n", n,
+                std::string(rdx::group::to_string(me.from)).c_str(), o.block, o.iters);
+    std::fflush(stdout);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
+  rdx::group::mesh_options mo{.timeout = ms};
+  mo.attr.events = o.events;
+#if RDX_EXAMPLES_PMIX
+  if (pmix) {
+    mo.exchange = [&pmix, ms](std::span<const std::byte> mine) { return pmix->exchange(mine, ms); };
+  }
+#endif
+  if (o.ack_timeout) {
+    const auto chosen = mo.connect.set_ack_timeout(*o.ack_timeout);
+    if (!o.quiet && r == 0) {
+      std::printf("alltoall: ACK timeout %.1f ms\n",
+                  std::chrono::duration<double, std::milli>(chosen).count());
+    }
+  }
+  rdx::group::mesh m(me, pd,
+                     rdx::group::mesh_window{&window.region(), std::span(window.data(), bytes), o.block}, mo);
+  const auto& t = m.timings();
+  auto msf = [](std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; };
+
+  std::vector<double> times;
+  std::vector<rdx::operation> ops(n);
+  std::uint64_t wrong = 0;
+  std::string first_wrong;
+  for (std::uint32_t it = 0; it < o.warmup + o.iters; ++it) {
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      std::byte* b = src.data() + std::size_t{p} * o.block;
+      for (std::size_t i = 0; i < o.block; ++i) b[i] = pattern(it, r, p, i);
+    }
+    const auto t0 = steady::now();
+    // Peers in a rotation from this rank, so no rank is everyone's first.
+    for (std::uint32_t k = 1; k < n; ++k) {
+      const std::uint32_t p = (r + k) % n;
+      ops[p] = m.block_of(p).write(
+          rdx::local_span<const std::byte>(src).subspan(std::size_t{p} * o.block, o.block), 0);
+    }
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      if (const auto ec = ops[p].wait(o.timeout, o.events ? rdx::wait_mode::events : rdx::wait_mode::poll);
+          ec) {
+        throw rdx::error(ec, "write of iteration " + std::to_string(it) + " to rank " + std::to_string(p) +
+                                 (m.peer(p).failed() ? ": " + m.peer(p).failure_message() : ""));
+      }
+    }
+    m.barrier(ms);
+    const double sec = std::chrono::duration<double>(steady::now() - t0).count();
+    if (it >= o.warmup) times.push_back(sec);
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (p == r) continue;
+      const auto got = m.local_block(p);
+      for (std::size_t i = 0; i < o.block; ++i) {
+        if (got[i] != pattern(it, p, r, i)) {
+          if (wrong++ == 0) {
+            first_wrong = "iteration " + std::to_string(it) + ", from rank " + std::to_string(p) +
+                          ", offset " + std::to_string(i);
+          }
+        }
+      }
+    }
+    m.barrier(ms);  // nobody overwrites a block before its reader has checked it
+  }
+  const double med = median(times);
+  const double worst = times.empty() ? 0 : *std::max_element(times.begin(), times.end());
+  const double sent = static_cast<double>(o.block) * (n - 1);
+  std::printf(
+      "rank %u/%u: set-up %.1f ms (rendezvous %.1f, connect %.1f, grants %.1f, barrier %.1f); "
+      "all-to-all median %.3f ms, worst %.3f ms; sent %.1f MB/s (%.1f MB/s per peer); %s\n",
+      r, n, msf(t.total), msf(t.rendezvous), msf(t.connect), msf(t.grants), msf(t.barrier), med * 1e3,
+      worst * 1e3, med > 0 ? sent / med / 1e6 : 0.0, med > 0 ? static_cast<double>(o.block) / med / 1e6 : 0.0,
+      wrong == 0 ? "every byte right"
+                 : ("WRONG BYTES: " + std::to_string(wrong) + ", first at " + first_wrong).c_str());
+  std::fflush(stdout);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const examples::usage_error& e) {
+    std::fprintf(stderr, "alltoall: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "alltoall: %s\n", e.what());
+    return 1;
+  }
+}
