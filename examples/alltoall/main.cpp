@@ -16,6 +16,9 @@
 #if RDX_EXAMPLES_PMIX
 #include <rdx/group/pmix.hpp>
 #endif
+#if RDX_EXAMPLES_AUTH
+#include <rdx/auth/psk.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -43,6 +46,11 @@ constexpr bool built_with_pmix = true;
 #else
 constexpr bool built_with_pmix = false;
 #endif
+#if RDX_EXAMPLES_AUTH
+constexpr bool built_with_auth = true;
+#else
+constexpr bool built_with_auth = false;
+#endif
 
 struct options {
   std::string device;
@@ -53,9 +61,11 @@ struct options {
   std::optional<std::uint32_t> rank, world;
   std::string master;  // host:port
   std::optional<std::chrono::milliseconds> ack_timeout;
-  bool events = false;  // sleep on the worker's descriptor instead of polling
+  bool events = false;     // sleep on the worker's descriptor instead of polling
+  bool on_demand = false;  // each pair connected on its first write
   bootstrap boot = bootstrap::automatic;
   bool quiet = false;
+  std::string psk_file;  // the job's key: rendezvous and connections admit only its holders
 };
 
 void usage(const char* argv0) {
@@ -97,6 +107,12 @@ void usage(const char* argv0) {
       "  -e, --events            sleep on the worker's descriptor while waiting, instead\n"
       "                          of polling (ranks that outnumber the cores need it:\n"
       "                          polling ranks starve the kernel's Soft-RoCE work)\n"
+      "      --psk-file FILE     the job's pre-shared key (hex, as `openssl rand -hex 32`\n"
+      "                          writes it; mode 600): the rendezvous admits only ranks\n"
+      "                          that hold it and each connection's preamble carries its\n"
+      "                          MAC; every rank needs the same file (this build: %s)\n"
+      "      --on-demand         connect each pair on its first write instead of all at\n"
+      "                          set-up (the first all-to-all then connects them)\n"
       "  -q, --quiet             only the summary lines\n"
       "  -h, --help              this text\n"
       "\n"
@@ -104,7 +120,8 @@ void usage(const char* argv0) {
       "the median and worst time of one all-to-all (writes posted until the\n"
       "barrier after them) and the bandwidth it sent, per peer and in all. Exit\n"
       "status 0 only when every byte on every rank was right.\n",
-      argv0, built_with_pmix ? "with PMIx" : "without PMIx: libpmix-dev was not found");
+      argv0, built_with_pmix ? "with PMIx" : "without PMIx: libpmix-dev was not found",
+      built_with_auth ? "with rdx::auth" : "without rdx::auth: libssl-dev was not found");
 }
 
 options parse(int argc, char** argv) {
@@ -145,6 +162,15 @@ options parse(int argc, char** argv) {
       }
     } else if (a.match({"-e", "--events"})) {
       o.events = true;
+    } else if (a.match({"--psk-file"}, &v)) {
+      if (!built_with_auth) {
+        throw examples::usage_error(
+            "--psk-file: this alltoall was built without rdx::auth (install libssl-dev "
+            "and reconfigure)");
+      }
+      o.psk_file = v;
+    } else if (a.match({"--on-demand"})) {
+      o.on_demand = true;
     } else if (a.match({"-q", "--quiet"})) {
       o.quiet = true;
     } else {
@@ -215,19 +241,25 @@ int run(const options& o) {
   const rdx::group::rank_info me = place(o);
 #endif
   const std::uint32_t n = me.size, r = me.rank;
+  rdx::group::mesh_options mo{};
+#if RDX_EXAMPLES_AUTH
+  if (!o.psk_file.empty()) mo.key = rdx::auth::psk_key::from_file(o.psk_file);  // before any socket
+#endif
   rdx::context ctx = examples::open_device(o.device);
   rdx::protection_domain pd(ctx);
   const std::size_t bytes = o.block * n;
   auto window = rdx::make_window_buffer<std::byte>(pd, bytes);
   rdx::registered_buffer<std::byte> src(pd, bytes);
   if (!o.quiet && r == 0) {
-    std::printf("alltoall: %u ranks (%s), a block of %zu bytes to each peer, %u iterations\n", n,
-                std::string(rdx::group::to_string(me.from)).c_str(), o.block, o.iters);
+    std::printf("alltoall: %u ranks (%s), a block of %zu bytes to each peer, %u iterations%s\n", n,
+                std::string(rdx::group::to_string(me.from)).c_str(), o.block, o.iters,
+                mo.key ? ", the job's key on the rendezvous and every connection" : "");
     std::fflush(stdout);
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
-  rdx::group::mesh_options mo{.timeout = ms};
+  mo.timeout = ms;
   mo.attr.events = o.events;
+  mo.on_demand = o.on_demand;
 #if RDX_EXAMPLES_PMIX
   if (pmix) {
     mo.exchange = [&pmix, ms](std::span<const std::byte> mine) { return pmix->exchange(mine, ms); };
@@ -246,6 +278,7 @@ int run(const options& o) {
   auto msf = [](std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; };
 
   std::vector<double> times;
+  double first = 0;  // the first all-to-all (with --on-demand, every pair connected in it)
   std::vector<rdx::operation> ops(n);
   std::uint64_t wrong = 0;
   std::string first_wrong;
@@ -273,6 +306,7 @@ int run(const options& o) {
     m.barrier(ms);
     const double sec = std::chrono::duration<double>(steady::now() - t0).count();
     if (it >= o.warmup) times.push_back(sec);
+    if (it == 0) first = sec;
     for (std::uint32_t p = 0; p < n; ++p) {
       if (p == r) continue;
       const auto got = m.local_block(p);
@@ -291,10 +325,12 @@ int run(const options& o) {
   const double worst = times.empty() ? 0 : *std::max_element(times.begin(), times.end());
   const double sent = static_cast<double>(o.block) * (n - 1);
   std::printf(
-      "rank %u/%u: set-up %.1f ms (rendezvous %.1f, connect %.1f, grants %.1f, barrier %.1f); "
-      "all-to-all median %.3f ms, worst %.3f ms; sent %.1f MB/s (%.1f MB/s per peer); %s\n",
-      r, n, msf(t.total), msf(t.rendezvous), msf(t.connect), msf(t.grants), msf(t.barrier), med * 1e3,
-      worst * 1e3, med > 0 ? sent / med / 1e6 : 0.0, med > 0 ? static_cast<double>(o.block) / med / 1e6 : 0.0,
+      "rank %u/%u: set-up %.1f ms (rendezvous %.1f, connect %.1f, grants %.1f, barrier %.1f%s); first "
+      "all-to-all %.1f ms; all-to-all median %.3f ms, worst %.3f ms; sent %.1f MB/s (%.1f MB/s per peer); "
+      "%s\n",
+      r, n, msf(t.total), msf(t.rendezvous), msf(t.connect), msf(t.grants), msf(t.barrier),
+      o.on_demand ? "; pairs connected on first use" : "", first * 1e3, med * 1e3, worst * 1e3,
+      med > 0 ? sent / med / 1e6 : 0.0, med > 0 ? static_cast<double>(o.block) / med / 1e6 : 0.0,
       wrong == 0 ? "every byte right"
                  : ("WRONG BYTES: " + std::to_string(wrong) + ", first at " + first_wrong).c_str());
   std::fflush(stdout);

@@ -2,14 +2,22 @@
 // TCP, ranks as threads: every rank gets every rank's bytes; a rank that never
 // comes, two claims of one rank, a different job size and a rank that leaves
 // mid-set-up are named to every rank; a stranger's bytes on the port are
-// dropped while the others are served.
+// dropped while the others are served. With rdx::auth: the rendezvous with a
+// key (an rdx::auth::psk_key): a job whose ranks hold it gets its table; a
+// process with another key, or none, is refused by name and cannot claim a
+// rank or fail the job; a rank 0 without the key, or a table whose MAC is
+// wrong, is refused by the rank.
 #include <rdx/group/rendezvous.hpp>
+#if defined(RDX_TEST_AUTH)
+#include <rdx/auth/psk.hpp>
+#endif
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -39,12 +47,13 @@ struct outcome {
 };
 
 outcome run_rank(std::uint32_t rank, std::uint32_t size, std::uint16_t port,
-                 std::chrono::milliseconds timeout, std::uint32_t claimed_size = 0) {
+                 std::chrono::milliseconds timeout, std::uint32_t claimed_size = 0,
+                 std::shared_ptr<const rdx::keyed_mac> key = nullptr) {
   outcome o;
   try {
     rdx::group::rank_info me = rdx::group::given(rank, size, 0, 1, "127.0.0.1", port);
     me.size = claimed_size != 0 ? claimed_size : size;  // a rank that disagrees about the size
-    o.table = rdx::group::rendezvous(me, bytes_of(rank), {.timeout = timeout});
+    o.table = rdx::group::rendezvous(me, bytes_of(rank), {.timeout = timeout, .key = std::move(key)});
   } catch (const rdx::error& e) {
     o.code = e.code();
     o.what = e.what();
@@ -232,15 +241,199 @@ TEST_CASE("rendezvous: a rank refuses a reply that is not rdx::group's, or claim
   o = against(port_for(9), d::rv_reply_header(d::rv_ok, 3));
   CHECK(o.code == rdx::errc::protocol_error);
   CHECK_THAT(o.what, Catch::Contains("a table of 3 ranks for a job of 2"));
-  // An entry above the byte limit (64 KiB by default).
-  auto big = d::rv_reply_header(d::rv_ok, 2);
-  big.resize(big.size() + 4);
-  d::put32(big.data() + d::rv_reply_size, 1u << 20);
-  o = against(port_for(10), big);
+  // A table longer than two ranks may hand in (64 KiB each by default):
+  // refused before anything is allocated for it.
+  auto longer = d::rv_reply_header(d::rv_ok, 2);
+  longer.resize(longer.size() + 8);
+  d::put64(longer.data() + d::rv_reply_size, 2 * (4 + 65536) + 1);
+  o = against(port_for(10), longer);
   CHECK(o.code == rdx::errc::protocol_error);
-  CHECK_THAT(o.what, Catch::Contains("rank 0's entry of 1048576 bytes is above the limit 65536"));
+  CHECK_THAT(o.what, Catch::Contains("a table of 131081 bytes for 2 ranks of at most 65536 bytes each"));
+  // A table whose first entry claims more than the table holds (and the limit).
+  auto big = d::rv_reply_header(d::rv_ok, 2);
+  big.resize(big.size() + 8 + 8);
+  d::put64(big.data() + d::rv_reply_size, 8);
+  d::put32(big.data() + d::rv_reply_size + 8, 1u << 20);
+  o = against(port_for(12), big);
+  CHECK(o.code == rdx::errc::protocol_error);
+  CHECK_THAT(o.what, Catch::Contains("rank 0's entry runs past the table or above the limit 65536"));
+  // Two empty entries and two bytes more than they account for.
+  auto extra = d::rv_reply_header(d::rv_ok, 2);
+  extra.resize(extra.size() + 8 + 10);
+  d::put64(extra.data() + d::rv_reply_size, 10);
+  o = against(port_for(13), extra);
+  CHECK(o.code == rdx::errc::protocol_error);
+  CHECK_THAT(o.what, Catch::Contains("2 bytes past the table's last entry"));
   // A failure reply that claims a megabyte of text.
   o = against(port_for(11), d::rv_reply_header(d::rv_failed, 1u << 20));
   CHECK(o.code == rdx::errc::wire_format);
   CHECK_THAT(o.what, Catch::Contains("a failure reply of 1048576 bytes"));
 }
+
+#if defined(RDX_TEST_AUTH)
+namespace {
+namespace d = rdx::group::detail;
+
+std::shared_ptr<const rdx::keyed_mac> key_of(char c) {
+  return rdx::auth::psk_key::from_hex(std::string(64, c));
+}
+
+outcome keyed_rank(std::uint32_t rank, std::uint32_t size, std::uint16_t port,
+                   std::chrono::milliseconds timeout, std::shared_ptr<const rdx::keyed_mac> key) {
+  return run_rank(rank, size, port, timeout, 0, std::move(key));
+}
+
+bool whole(const outcome& o, std::uint32_t n) {
+  if (!o.table || o.table->size() != n) return false;
+  for (std::uint32_t k = 0; k < n; ++k) {
+    if ((*o.table)[k] != bytes_of(k)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("rendezvous with a key: every rank that holds it gets every rank's bytes") {
+  constexpr std::uint32_t n = 16;
+  const auto key = key_of('a');
+  std::vector<outcome> out(n);
+  std::vector<std::thread> ts;
+  for (std::uint32_t r = 0; r < n; ++r)
+    ts.emplace_back([&, r] { out[r] = keyed_rank(r, n, port_for(60), 20s, key); });
+  for (auto& t : ts) t.join();
+  for (std::uint32_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(whole(out[r], n));
+  }
+}
+
+TEST_CASE("rendezvous with a key: an impostor with another key cannot take a rank; the real one can") {
+  constexpr std::uint32_t n = 4;
+  const auto key = key_of('a');
+  std::vector<outcome> out(n);
+  std::vector<std::thread> ts;
+  // Ranks 0, 1 and 3 first; then a process claiming rank 2 with another key;
+  // then the real rank 2.
+  for (std::uint32_t r : {0u, 1u, 3u})
+    ts.emplace_back([&, r] { out[r] = keyed_rank(r, n, port_for(61), 20s, key); });
+  std::this_thread::sleep_for(200ms);
+  const outcome impostor = keyed_rank(2, n, port_for(61), 5s, key_of('b'));
+  out[2] = keyed_rank(2, n, port_for(61), 20s, key);
+  for (auto& t : ts) t.join();
+  CHECK(impostor.code == rdx::errc::authentication_failed);
+  CHECK_THAT(impostor.what, Catch::Contains("rank 0 refused a process at") &&
+                                Catch::Contains("claiming rank 2") && Catch::Contains("holds another key"));
+  for (std::uint32_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(whole(out[r], n));
+  }
+}
+
+TEST_CASE(
+    "rendezvous with a key: a rank with the wrong key is refused, and the job names it at the deadline") {
+  constexpr std::uint32_t n = 4;
+  const auto key = key_of('a');
+  std::vector<outcome> out(n);
+  std::vector<std::thread> ts;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] { out[r] = keyed_rank(r, n, port_for(62), 1500ms, r == 3 ? key_of('c') : key); });
+  }
+  for (auto& t : ts) t.join();
+  CHECK(out[3].code == rdx::errc::authentication_failed);
+  CHECK_THAT(out[3].what, Catch::Contains("holds another key"));
+  CHECK(out[0].code == rdx::errc::timed_out);
+  CHECK_THAT(out[0].what, Catch::Contains("rank 3 of 4 never arrived") &&
+                              Catch::Contains("refused: a process at 127.0.0.1") &&
+                              Catch::Contains("claiming rank 3: its MAC is wrong"));
+  for (std::uint32_t r = 1; r < 3; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].code == rdx::errc::operation_failed);
+    CHECK_THAT(out[r].what, Catch::Contains("rank 3 of 4 never arrived"));
+  }
+}
+
+TEST_CASE("rendezvous with a key: a key on one side only is refused, naming the fix") {
+  // Rank 0 keyed, rank 1 without a key.
+  {
+    outcome r0, r1;
+    std::thread t([&] { r0 = keyed_rank(0, 2, port_for(63), 1500ms, key_of('a')); });
+    std::this_thread::sleep_for(100ms);
+    r1 = keyed_rank(1, 2, port_for(63), 5s, nullptr);
+    t.join();
+    CHECK(r1.code == rdx::errc::authentication_failed);
+    CHECK_THAT(r1.what, Catch::Contains("rank 0 requires the job's key and it came without one"));
+    CHECK(r0.code == rdx::errc::timed_out);
+    CHECK_THAT(r0.what, Catch::Contains("came without one"));
+  }
+  // Rank 0 without a key, rank 1 keyed.
+  {
+    outcome r0, r1;
+    std::thread t([&] { r0 = keyed_rank(0, 2, port_for(64), 1500ms, nullptr); });
+    std::this_thread::sleep_for(100ms);
+    r1 = keyed_rank(1, 2, port_for(64), 5s, key_of('a'));
+    t.join();
+    CHECK(r1.code == rdx::errc::authentication_failed);
+    CHECK_THAT(r1.what, Catch::Contains("it came with a key and rank 0 has none"));
+    CHECK(r0.code == rdx::errc::timed_out);
+  }
+}
+
+TEST_CASE("rendezvous with a key: unchecked claims cannot fail the job") {
+  // Keyed hellos that claim another job size, or a rank beyond it, and then
+  // leave: without a checked MAC they are strangers, dropped.
+  constexpr std::uint32_t n = 3;
+  const std::uint16_t port = port_for(65);
+  const auto key = key_of('a');
+  std::vector<outcome> out(n);
+  std::thread r0([&] { out[0] = keyed_rank(0, n, port, 10s, key); });
+  std::this_thread::sleep_for(200ms);
+  for (std::uint32_t claim : {7u, 1u}) {
+    std::vector<std::byte> h(d::rv_hello_size + d::rv_nonce_size + 4);
+    d::put32(h.data(), d::rv_magic);
+    d::put16(h.data() + 4, d::rv_version);
+    d::put16(h.data() + 6, d::rv_keyed);
+    d::put32(h.data() + 8, claim);
+    d::put32(h.data() + 12, claim == 7 ? 9 : n);
+    d::put32(h.data() + 16, 4);
+    rdx::tcp::socket s = rdx::tcp::connect("127.0.0.1", port, 5s);
+    s.send_all(h, rdx::tcp::clock::now() + 5s);
+    std::array<std::byte, d::rv_reply_size + d::rv_nonce_size> challenge{};
+    s.recv_exact(challenge, rdx::tcp::clock::now() + 5s);
+    CHECK(d::get16(challenge.data() + 6) == d::rv_challenge);
+  }  // each leaves before its MAC
+  std::thread r1([&] { out[1] = keyed_rank(1, n, port, 10s, key); });
+  out[2] = keyed_rank(2, n, port, 10s, key);
+  r1.join();
+  r0.join();
+  for (std::uint32_t r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(whole(out[r], n));
+  }
+}
+
+TEST_CASE("rendezvous with a key: a table whose MAC is wrong is refused") {
+  // A fake rank 0 that asks for the key, takes any proof and sends a table
+  // with a MAC it made up.
+  const std::uint16_t port = port_for(66);
+  std::thread fake([port] {
+    auto l = rdx::tcp::listener::bind("127.0.0.1", port);
+    rdx::tcp::socket s = l.accept(10s);
+    std::vector<std::byte> in(d::rv_hello_size + d::rv_nonce_size + bytes_of(1).size());
+    s.recv_exact(in, rdx::tcp::clock::now() + 5s);
+    auto c = d::rv_reply_header(d::rv_challenge, 32);
+    c.resize(c.size() + 32);
+    s.send_all(c, rdx::tcp::clock::now() + 5s);
+    std::array<std::byte, 32> proof{};
+    s.recv_exact(proof, rdx::tcp::clock::now() + 5s);
+    auto t = d::rv_reply_header(d::rv_ok, 2);
+    t.resize(t.size() + 8 + 8 + 32);  // two empty entries, then 32 bytes of "MAC"
+    d::put64(t.data() + d::rv_reply_size, 8);
+    s.send_all(t, rdx::tcp::clock::now() + 5s);
+    std::byte end[1];
+    (void)::recv(s.native_handle(), end, 1, 0);
+  });
+  const outcome o = keyed_rank(1, 2, port, 5s, key_of('a'));
+  fake.join();
+  CHECK(o.code == rdx::errc::authentication_failed);
+  CHECK_THAT(o.what, Catch::Contains("the table's MAC is wrong"));
+}
+#endif

@@ -47,7 +47,7 @@ inline constexpr std::size_t nonce_size = detail::body_size;
 //! so a replayed set-up, or one reflected from another set-up of the same
 //! key, is refused by name. The two ends of one set-up inside one process
 //! need two psk_key objects (made from the same bytes).
-class psk_key {
+class psk_key final : public keyed_mac {
 public:
   //! @throws rdx::error (errc::invalid_argument) when `key` is shorter than
   //!         min_key_size bytes.
@@ -130,11 +130,9 @@ public:
   //! The key's length in bytes.
   [[nodiscard]] std::size_t size() const noexcept { return key_.size(); }
 
-private:
-  friend class psk_authenticator;
-
   //! HMAC-SHA256 with this key over the concatenation of `parts`.
-  [[nodiscard]] detail::digest mac(std::initializer_list<std::span<const std::byte>> parts) const {
+  //! @throws rdx::error (errc::operation_failed) when OpenSSL fails.
+  [[nodiscard]] detail::digest mac(std::initializer_list<std::span<const std::byte>> parts) const override {
     const std::unique_ptr<EVP_MAC_CTX, detail::mac_ctx_deleter> ctx(::EVP_MAC_CTX_new(mac_.get()));
     if (!ctx) {
       detail::fail_openssl("EVP_MAC_CTX_new");
@@ -159,6 +157,9 @@ private:
     }
     return out;
   }
+
+private:
+  friend class psk_authenticator;
 
   std::vector<std::byte> key_;
   std::unique_ptr<EVP_MAC, detail::mac_deleter> mac_;

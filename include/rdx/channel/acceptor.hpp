@@ -9,8 +9,11 @@
 // it unchanged. The acceptor sends its own side's messages as soon as a
 // client arrives (they do not depend on the client's), then reads the
 // client's endpoint messages and settings block, connects, and meets the
-// client at the barrier. Not authenticated: a pre-shared key needs
-// exchange_and_connect with exchange_options::auth (a blocking set-up).
+// client at the barrier. With acceptor_options::check_preamble, only its
+// preamble goes first: the client's preamble is read and judged before a
+// connection is made for it (a stranger costs no queue pair), and a client
+// may be handed out there, with no connection, for the application to answer. Not authenticated: a pre-shared
+// key needs exchange_and_connect with exchange_options::auth (a blocking set-up).
 #pragma once
 
 #include <rdx/channel/connection.hpp>
@@ -42,6 +45,14 @@
 
 namespace rdx {
 
+//! What an acceptor does with a client once its preamble is in
+//! (acceptor_options::check_preamble).
+enum class preamble_verdict {
+  proceed,   //!< set the client up
+  refuse,    //!< fail its set-up (errc::rejected) and close its socket
+  hand_out,  //!< end its set-up here: handed out with its socket and no connection
+};
+
 //! How an acceptor sets up its clients.
 struct acceptor_options {
   //! Each client's whole set-up, from its TCP accept to the barrier.
@@ -54,6 +65,11 @@ struct acceptor_options {
   std::vector<std::byte> preamble{};
   //! How many bytes each client sends before rdx's messages (its preamble).
   std::size_t peer_preamble_size = 0;
+  //! Called with each client's preamble (peer_preamble_size > 0) once it is
+  //! in; until then nothing but `preamble` is sent to the client and no
+  //! connection is made for it, so a stranger costs no queue pair. Empty:
+  //! every client proceeds, its connection made as it arrives.
+  std::function<preamble_verdict(std::span<const std::byte>)> check_preamble{};
 };
 
 //! One client's set-up, finished or failed.
@@ -68,6 +84,9 @@ struct accepted {
   tcp::socket socket;               //!< the bootstrap socket, still open (closed on failure)
   std::error_code error;            //!< why set-up failed (timed_out, wire_format, limit_exceeded, ...)
   std::string message;              //!< that in words, naming the client and the step
+  //! check_preamble said preamble_verdict::hand_out: no connection and no
+  //! error; `preamble` and `socket` are the client's, for the application.
+  bool handed_out = false;
   //! True when the client is connected.
   explicit operator bool() const noexcept { return !error && conn != nullptr; }
 };
@@ -152,7 +171,8 @@ private:
     std::vector<wire::message> got;
     std::vector<std::byte> preamble;
     peer_offer offer;
-    bool writing = false;  // EPOLLOUT asked for
+    bool writing = false;     // EPOLLOUT asked for
+    bool handed_out = false;  // check_preamble said hand_out
   };
 
   void watch(int fd, std::uint32_t events, setup* s, int op) const noexcept {
@@ -204,25 +224,36 @@ private:
     }
   }
 
-  // The connection, its grants and this side's messages, sent at once.
+  // This side's preamble, and (unless the client's preamble is to be
+  // checked first) its connection, grants and messages, sent at once.
   void start(setup& s) {
+    s.out = o_.preamble;
+    if (o_.peer_preamble_size > 0 && o_.check_preamble) {
+      expect(s, phase::preamble, o_.peer_preamble_size);
+      return;
+    }
+    begin_exchange(s);
+    if (o_.peer_preamble_size > 0) {
+      expect(s, phase::preamble, o_.peer_preamble_size);
+    } else {
+      expect(s, phase::endpoint_header, wire::header_size);
+    }
+  }
+
+  // The client's connection, its grants and this side's endpoint messages
+  // and settings, queued behind what is still to be sent.
+  void begin_exchange(setup& s) {
     s.conn = std::make_unique<connection>(*w_, *pd_, attr_);
     std::vector<window_descriptor> grants;
     if (prepare_) grants = prepare_(*s.conn, s.sock.peer());
     const connection_info info = s.conn->local_info();
     const detail::offer_messages mine = detail::make_offer_messages(info, grants, "acceptor");
     s.nqp = mine.descriptors.size();
-    s.out = o_.preamble;
     for (std::size_t i = 0; i < s.nqp; ++i) {
       const std::vector<std::byte> m = wire::encode(info.endpoints[i], mine.descriptors[i]);
       s.out.insert(s.out.end(), m.begin(), m.end());
     }
     s.out.insert(s.out.end(), mine.settings.begin(), mine.settings.end());
-    if (o_.peer_preamble_size > 0) {
-      expect(s, phase::preamble, o_.peer_preamble_size);
-    } else {
-      expect(s, phase::endpoint_header, wire::header_size);
-    }
   }
 
   static void expect(setup& s, phase p, std::size_t bytes) {
@@ -270,6 +301,14 @@ private:
     switch (s.ph) {
       case phase::preamble:
         s.preamble = std::move(s.in);
+        if (!s.conn) {  // checked first
+          switch (o_.check_preamble(s.preamble)) {
+            case preamble_verdict::proceed: begin_exchange(s); break;
+            case preamble_verdict::refuse:
+              throw error(errc::rejected, "acceptor: the preamble of " + s.sock.peer() + " was refused");
+            case preamble_verdict::hand_out: s.handed_out = true; return true;
+          }
+        }
         expect(s, phase::endpoint_header, wire::header_size);
         return false;
       case phase::endpoint_header:
@@ -338,6 +377,7 @@ private:
     a.offer = std::move(s.offer);
     a.preamble = std::move(s.preamble);
     a.socket = std::move(s.sock);
+    a.handed_out = s.handed_out;
     done_.push_back(std::move(a));
     setups_.erase(s.self);
   }

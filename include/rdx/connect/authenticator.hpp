@@ -5,8 +5,10 @@
 // set-up".
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
+#include <initializer_list>
 #include <span>
 
 namespace rdx {
@@ -48,6 +50,28 @@ public:
   //! @throws rdx::error as begin() does; errc::authentication_failed when the
   //!         transcripts differ.
   virtual void finish(const tcp::socket& s, std::chrono::steady_clock::time_point deadline) = 0;
+};
+
+//! A MAC keyed by a secret that every party holds: 32 bytes over the
+//! concatenation of `parts`. rdx::auth::psk_key is one (HMAC-SHA256 with the
+//! pre-shared key). rdx::group's rendezvous and mesh use it to admit only the
+//! job's ranks; each use puts its own label first, so a MAC made for one
+//! step is never accepted for another. Thread-safe.
+class keyed_mac {
+public:
+  //! Bytes of a MAC.
+  static constexpr std::size_t mac_size = 32;
+  keyed_mac() = default;
+  keyed_mac(const keyed_mac&) = delete;
+  keyed_mac& operator=(const keyed_mac&) = delete;
+  keyed_mac(keyed_mac&&) = delete;
+  keyed_mac& operator=(keyed_mac&&) = delete;
+  virtual ~keyed_mac() = default;
+
+  //! The MAC of the concatenation of `parts`.
+  //! @throws rdx::error when the implementation fails (errc::operation_failed).
+  [[nodiscard]] virtual std::array<std::byte, mac_size> mac(
+      std::initializer_list<std::span<const std::byte>> parts) const = 0;
 };
 
 }  // namespace rdx

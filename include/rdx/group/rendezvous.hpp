@@ -5,7 +5,9 @@
 // thread: poll() over the listener and every rank's socket, no thread per
 // rank. The others connect (retrying until rank 0 listens), send a hello
 // {magic, version, rank, size, length} and their bytes, and wait for the
-// table. Everything is bounded by one deadline, and every failure is named:
+// table: a reply header {magic, version, status, count}, the table's length
+// in bytes, then each rank's {length, bytes}, read by each rank in one go. Everything is bounded by one
+// deadline, and every failure is named:
 //   - ranks that never arrived, listed;
 //   - two processes claiming one rank, or a rank that says the job has
 //     another size: the job is inconsistent, every rank is told why;
@@ -15,11 +17,21 @@
 //     byte limit: that connection is dropped and the others are served.
 // A failure reaches the ranks that are connected as a failure reply; rank 0
 // throws the same message.
+//
+// With a key (rendezvous_options::key, an rdx::auth::psk_key say), a hello
+// says so and carries a fresh nonce; rank 0 answers with a nonce of its own,
+// and the rank sends a MAC over both nonces, its hello and its bytes. Only
+// then does rank 0 read the hello's rank and size: a process without the key
+// (or with another) is refused alone, by name, and cannot claim a rank or
+// fail the job. The table comes with a MAC over both nonces and the table's
+// own MAC, so a rank takes only its job's table, and only this once.
 #pragma once
 
+#include <rdx/connect/authenticator.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/connect/tcp_socket.hpp>
 #include <rdx/connect/wire.hpp>
+#include <rdx/detail/random.hpp>
 #include <rdx/error.hpp>
 #include <rdx/group/environment.hpp>
 
@@ -28,6 +40,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -47,6 +60,11 @@ struct rendezvous_options {
   std::chrono::milliseconds timeout{30000};
   //! The most bytes one rank may hand in (a larger hello is a stranger's).
   std::uint32_t max_bytes = 64 * 1024;
+  //! A key every rank of the job holds (an rdx::auth::psk_key, say): each rank
+  //! proves it holds the key before rank 0 takes its bytes, and rank 0 proves
+  //! the table is the job's. A process without it, or with another, is refused
+  //! by name and the others are served. Every rank must be given one, or none.
+  std::shared_ptr<const keyed_mac> key{};
 };
 
 //! Every rank's bytes, indexed by rank (this rank's own included).
@@ -55,10 +73,31 @@ using rendezvous_table = std::vector<std::vector<std::byte>>;
 namespace detail {
 
 inline constexpr std::uint32_t rv_magic = 0x52445847;  // "RDXG"
-inline constexpr std::uint16_t rv_version = 1;
+inline constexpr std::uint16_t rv_version = 2;
 inline constexpr std::size_t rv_hello_size = 20;  // magic, version, flags, rank, size, length
 inline constexpr std::size_t rv_reply_size = 12;  // magic, version, status, count or text length
 inline constexpr std::uint16_t rv_ok = 0, rv_failed = 1;
+inline constexpr std::uint16_t rv_challenge = 2;  // keyed: rank 0's nonce follows
+inline constexpr std::uint16_t rv_refused = 3;    // keyed: this process is refused, the text follows
+inline constexpr std::uint16_t rv_keyed = 1;      // a hello's flags: a nonce follows, a MAC later
+inline constexpr std::size_t rv_nonce_size = 32;
+using rv_mac = std::array<std::byte, keyed_mac::mac_size>;
+
+// What each MAC covers starts with its own label.
+inline std::span<const std::byte> rv_label(std::string_view l) noexcept {
+  return std::as_bytes(std::span(l.data(), l.size()));
+}
+inline constexpr std::string_view rv_hello_label = "rdx.group.rendezvous.v2 hello";
+inline constexpr std::string_view rv_digest_label = "rdx.group.rendezvous.v2 table";
+inline constexpr std::string_view rv_table_label = "rdx.group.rendezvous.v2 table for";
+
+// Equal in time that does not depend on where they differ.
+inline bool rv_same(std::span<const std::byte> a, std::span<const std::byte> b) noexcept {
+  if (a.size() != b.size()) return false;
+  unsigned d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= std::to_integer<unsigned>(a[i] ^ b[i]);
+  return d == 0;
+}
 
 // Big-endian fields, as rdx's wire format writes them.
 using rdx::wire::detail::get16;
@@ -124,12 +163,19 @@ private:
   struct peer {
     tcp::socket s;
     std::array<std::byte, rv_hello_size> head{};
-    std::size_t got = 0;  // bytes of hello and then of the rank's bytes
+    // After the hello: keyed, its nonce, its bytes and its MAC; else its bytes.
+    std::vector<std::byte> body;
+    std::size_t got = 0;  // bytes of hello and then of the body
     std::uint32_t rank = 0;
     std::uint32_t length = 0;
+    bool keyed = false;  // its hello said it holds a key
     bool heard = false;  // its header read and of rdx::group: told if the job fails
     bool hello = false;  // its header read and accepted
-    bool done = false;   // its bytes all read
+    bool owns = false;   // its rank claimed (keyed: once its MAC was checked)
+    bool done = false;   // its bytes all read (and, keyed, its MAC checked)
+    bool asked = false;  // keyed: rank 0's nonce sent
+    rv_mac nonce{};      // keyed: rank 0's nonce for it
+    rv_mac tag{};        // keyed: the table's MAC for it
     std::size_t sent = 0;
     bool dropped = false;
   };
@@ -142,7 +188,7 @@ private:
     return "rendezvous on port " + std::to_string(me_.rendezvous_port) + ": rank" +
            (missing.size() == 1 ? " " : "s ") + rank_list(missing) + " of " + std::to_string(me_.size) +
            " never arrived within " + tcp::detail::seconds_text(opt_.timeout) + " (" +
-           std::to_string(count_) + " did)";
+           std::to_string(count_) + " did)" + (refused_.empty() ? "" : "; refused: " + refused_);
   }
 
   void poll_once(short events) {
@@ -165,7 +211,7 @@ private:
       }
       if (!fatal_.empty()) return;
     }
-    std::erase_if(peers_, [](const peer& p) { return p.dropped && !p.hello; });
+    std::erase_if(peers_, [](const peer& p) { return p.dropped && !p.owns; });
   }
 
   void accept_all() {
@@ -199,11 +245,14 @@ private:
         at = p.head.data() + p.got;
         want = rv_hello_size - p.got;
       } else {
-        at = table_[p.rank].data() + p.got;
-        want = p.length - p.got;
+        at = p.body.data() + p.got;
+        want = p.body.size() - p.got;
+        // Keyed: its nonce is in, so rank 0's goes out (48 bytes into an
+        // empty socket buffer: the send never waits).
+        if (p.keyed && !p.asked && p.got >= rv_nonce_size && !ask(p)) return;
       }
       if (want == 0) {
-        if (p.hello && !p.done) arrive(p);
+        if (p.hello && !p.done) complete(p);
         return;
       }
       const ssize_t n = ::recv(p.s.native_handle(), at, want, MSG_DONTWAIT);
@@ -214,8 +263,9 @@ private:
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      // Closed or broken: before its hello a stranger or a probe; after it, a rank gone.
-      if (p.hello) {
+      // Closed or broken: before it claimed a rank, a stranger or a probe;
+      // after, a rank gone.
+      if (p.owns) {
         fatal(errc::peer_disconnected, "rendezvous: rank " + std::to_string(p.rank) + " (" + p.s.peer() +
                                            ") left during set-up, before the table was sent");
         return;
@@ -225,14 +275,30 @@ private:
     }
   }
 
+  // Reads the hello's fixed part. Without a key, the rank is claimed here;
+  // with one, nothing it says is believed before its MAC is checked.
   bool check_hello(peer& p) {
     const std::byte* h = p.head.data();
-    const std::uint32_t rank = get32(h + 8), size = get32(h + 12), length = get32(h + 16);
+    const std::uint32_t length = get32(h + 16);
     if (get32(h) != rv_magic || get16(h + 4) != rv_version || length > opt_.max_bytes) {
       drop(p);
       return false;
     }
     p.heard = true;
+    p.keyed = (get16(h + 6) & rv_keyed) != 0;
+    p.length = length;
+    p.hello = true;
+    p.got = 0;
+    // A MAC comes only after rank 0's nonce, which only a keyed rank 0 sends.
+    p.body.resize((p.keyed ? rv_nonce_size : 0) + length + (p.keyed && opt_.key ? rv_mac{}.size() : 0));
+    if (p.keyed || opt_.key) return true;  // checked when its body is in
+    return claim(p);
+  }
+
+  // The hello's rank and size, believed: a contradiction fails the job.
+  bool claim(peer& p) {
+    const std::byte* h = p.head.data();
+    const std::uint32_t rank = get32(h + 8), size = get32(h + 12);
     if (size != me_.size) {
       fatal(errc::invalid_argument, "rendezvous: rank " + std::to_string(rank) + " (" + p.s.peer() +
                                         ") says the job has " + std::to_string(size) +
@@ -251,25 +317,75 @@ private:
       return false;
     }
     p.rank = rank;
-    p.length = length;
-    p.hello = true;
+    p.owns = true;
     claimed_[rank] = true;
-    p.got = 0;
-    table_[rank].resize(length);
     return true;
+  }
+
+  // Keyed: sends rank 0's nonce to a keyed hello (a hello without a key to a
+  // keyed rank 0, or the reverse, is refused once its body is in).
+  bool ask(peer& p) {
+    p.asked = true;
+    if (!opt_.key) return true;
+    rdx::detail::os_random(p.nonce.data(), p.nonce.size());
+    std::vector<std::byte> c = rv_reply_header(rv_challenge, static_cast<std::uint32_t>(p.nonce.size()));
+    c.insert(c.end(), p.nonce.begin(), p.nonce.end());
+    const ssize_t n = ::send(p.s.native_handle(), c.data(), c.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(c.size())) {
+      drop(p);
+      return false;
+    }
+    return true;
+  }
+
+  // Its whole body is in: keyed, the MAC is checked before anything it said
+  // counts; then its bytes go into the table.
+  void complete(peer& p) {
+    const std::uint32_t claimed = get32(p.head.data() + 8);
+    if (p.keyed != static_cast<bool>(opt_.key)) {
+      refuse(p, p.keyed ? "it came with a key and rank 0 has none: give every rank the same key, or none"
+                        : "rank 0 requires the job's key and it came without one: give every rank the "
+                          "same key (rendezvous_options::key, mesh_options::key)");
+      return;
+    }
+    std::span<const std::byte> bytes(p.body);
+    if (p.keyed) {
+      const auto cn = bytes.first(rv_nonce_size);
+      bytes = bytes.subspan(rv_nonce_size, p.length);
+      const auto theirs = std::span<const std::byte>(p.body).last(rv_mac{}.size());
+      const rv_mac want = opt_.key->mac({rv_label(rv_hello_label), p.nonce, cn, p.head, bytes});
+      if (!rv_same(want, theirs)) {
+        refuse(p, "its MAC is wrong: it holds another key than rank 0");
+        return;
+      }
+      if (!claim(p)) return;
+    }
+    p.done = true;
+    table_[p.rank].assign(bytes.begin(), bytes.end());
+    arrived_[p.rank] = true;
+    ++count_;
+  }
+
+  // One process refused, by name; the job goes on without it.
+  void refuse(peer& p, const std::string& why) {
+    const std::string text = "rendezvous on port " + std::to_string(me_.rendezvous_port) +
+                             ": rank 0 refused a process at " + p.s.peer() + " claiming rank " +
+                             std::to_string(get32(p.head.data() + 8)) + ": " + why;
+    refused_ += (refused_.empty() ? "" : "; ") + text.substr(text.find("a process at"));
+    std::vector<std::byte> r = rv_reply_header(rv_refused, static_cast<std::uint32_t>(text.size()));
+    const auto* t = reinterpret_cast<const std::byte*>(text.data());
+    r.insert(r.end(), t, t + text.size());
+    (void)::send(p.s.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(p.s.native_handle(), SHUT_WR);
+    p.hello = false;  // not a rank: erased from the peers
+    drop(p);
   }
 
   std::string owner_of(std::uint32_t rank) const {
     for (const peer& q : peers_) {
-      if (q.hello && q.rank == rank) return q.s.peer();
+      if (q.owns && q.rank == rank) return q.s.peer();
     }
     return "?";
-  }
-
-  void arrive(peer& p) {
-    p.done = true;
-    arrived_[p.rank] = true;
-    ++count_;
   }
 
   void fatal(std::error_code ec, std::string what) {
@@ -337,21 +453,35 @@ private:
   // Every rank's bytes to every other rank: non-blocking sends over poll().
   void send_table() {
     reply_ = rv_reply_header(rv_ok, me_.size);
+    std::size_t body = 0;
+    for (const auto& b : table_) body += 4 + b.size();
+    reply_.resize(rv_reply_size + 8);
+    put64(reply_.data() + rv_reply_size, body);
+    reply_.reserve(reply_.size() + body);
     for (const auto& b : table_) {
       std::byte len[4];
       put32(len, static_cast<std::uint32_t>(b.size()));
       reply_.insert(reply_.end(), len, len + 4);
       reply_.insert(reply_.end(), b.begin(), b.end());
     }
-    std::erase_if(peers_, [](const peer& p) { return !p.hello; });
+    std::erase_if(peers_, [](const peer& p) { return !p.hello || !p.done; });
+    if (opt_.key) {
+      // One MAC over the table, then one per rank over its nonces and that.
+      const rv_mac digest = opt_.key->mac({rv_label(rv_digest_label), reply_});
+      for (peer& p : peers_) {
+        const auto cn = std::span<const std::byte>(p.body).first(rv_nonce_size);
+        p.tag = opt_.key->mac({rv_label(rv_table_label), p.nonce, cn, digest});
+      }
+    }
+    const std::size_t total = reply_.size() + (opt_.key ? rv_mac{}.size() : 0);
     for (;;) {
       const bool all =
-          std::all_of(peers_.begin(), peers_.end(), [&](const peer& p) { return p.sent == reply_.size(); });
+          std::all_of(peers_.begin(), peers_.end(), [&](const peer& p) { return p.sent == total; });
       if (all) return;
       if (tcp::clock::now() >= deadline_) {
         std::vector<std::uint32_t> late;
         for (const peer& p : peers_) {
-          if (p.sent != reply_.size()) late.push_back(p.rank);
+          if (p.sent != total) late.push_back(p.rank);
         }
         throw error(errc::timed_out, "rendezvous: the table did not reach rank" +
                                          std::string(late.size() == 1 ? " " : "s ") + rank_list(late) +
@@ -363,9 +493,12 @@ private:
   }
 
   void write_to(peer& p) {
-    while (p.sent < reply_.size()) {
-      const ssize_t n = ::send(p.s.native_handle(), reply_.data() + p.sent, reply_.size() - p.sent,
-                               MSG_DONTWAIT | MSG_NOSIGNAL);
+    const std::size_t tail = opt_.key ? p.tag.size() : 0;
+    while (p.sent < reply_.size() + tail) {
+      const bool head = p.sent < reply_.size();
+      const std::byte* from = head ? reply_.data() + p.sent : p.tag.data() + (p.sent - reply_.size());
+      const std::size_t left = head ? reply_.size() - p.sent : reply_.size() + tail - p.sent;
+      const ssize_t n = ::send(p.s.native_handle(), from, left, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
         p.sent += static_cast<std::size_t>(n);
         continue;
@@ -388,6 +521,7 @@ private:
   tcp::listener listener_;
   std::vector<peer> peers_;
   std::vector<std::byte> reply_;
+  std::string refused_;  // processes refused (keyed), for the verdict
   std::string fatal_;
   std::error_code fatal_code_;
 };
@@ -398,13 +532,19 @@ inline rendezvous_table rendezvous_client(const rank_info& me, std::span<const s
   const auto deadline = tcp::clock::now() + o.timeout;
   const std::string where = me.rendezvous_host + ":" + std::to_string(me.rendezvous_port);
   tcp::socket s = tcp::connect(me.rendezvous_host, me.rendezvous_port, o.timeout);
+  const keyed_mac* key = o.key.get();
   std::vector<std::byte> hello(rv_hello_size);
   put32(hello.data(), rv_magic);
   put16(hello.data() + 4, rv_version);
-  put16(hello.data() + 6, 0);
+  put16(hello.data() + 6, key != nullptr ? rv_keyed : 0);
   put32(hello.data() + 8, me.rank);
   put32(hello.data() + 12, me.size);
   put32(hello.data() + 16, static_cast<std::uint32_t>(mine.size()));
+  rv_mac cn{};  // keyed: this rank's nonce
+  if (key != nullptr) {
+    rdx::detail::os_random(cn.data(), cn.size());
+    hello.insert(hello.end(), cn.begin(), cn.end());
+  }
   hello.insert(hello.end(), mine.begin(), mine.end());
   s.send_all(hello, deadline, "rendezvous hello");
   // Rank 0 names the ranks missing at its own deadline, which began about
@@ -412,36 +552,86 @@ inline rendezvous_table rendezvous_client(const rank_info& me, std::span<const s
   const auto reply_by =
       deadline + std::max<std::chrono::milliseconds>(std::chrono::seconds(2), o.timeout / 10);
   std::array<std::byte, rv_reply_size> h{};
-  s.recv_exact(h, reply_by, "rendezvous reply (rank 0 waits for every rank)");
-  if (get32(h.data()) != rv_magic || get16(h.data() + 4) != rv_version) {
-    throw error(errc::wire_format,
-                "rendezvous at " + where + ": the reply is not rdx::group's (another program on the port?)");
+  auto read_header = [&] {
+    s.recv_exact(h, reply_by, "rendezvous reply (rank 0 waits for every rank)");
+    if (get32(h.data()) != rv_magic || get16(h.data() + 4) != rv_version) {
+      throw error(errc::wire_format, "rendezvous at " + where +
+                                         ": the reply is not rdx::group's (another program on the port?)");
+    }
+  };
+  read_header();
+  rv_mac sn{};  // keyed: rank 0's nonce
+  if (key != nullptr && get16(h.data() + 6) == rv_challenge && get32(h.data() + 8) == sn.size()) {
+    s.recv_exact(sn, reply_by, "rendezvous challenge");
+    const rv_mac m =
+        key->mac({rv_label(rv_hello_label), sn, cn, std::span(hello).first(rv_hello_size), mine});
+    s.send_all(m, deadline, "rendezvous proof");
+    read_header();
+  } else if (key != nullptr && get16(h.data() + 6) == rv_ok) {
+    throw error(errc::authentication_failed, "rendezvous at " + where +
+                                                 ": rank 0 sent a table without asking for the key (it has "
+                                                 "none: give every rank the same key, or none)");
   }
+  const std::uint16_t status = get16(h.data() + 6);
   const std::uint32_t n = get32(h.data() + 8);
-  if (get16(h.data() + 6) == rv_failed) {
+  if (status == rv_failed || status == rv_refused) {
     if (n > 4096)
       throw error(errc::wire_format,
                   "rendezvous at " + where + ": a failure reply of " + std::to_string(n) + " bytes");
     std::string text(n, '\0');
     s.recv_exact(std::as_writable_bytes(std::span(text)), reply_by, "rendezvous failure reply");
+    if (status == rv_refused) throw error(errc::authentication_failed, text);
     throw error(errc::operation_failed, "rendezvous at " + where + " failed: " + text);
+  }
+  if (status != rv_ok) {
+    throw error(errc::wire_format,
+                "rendezvous at " + where + ": a reply of status " + std::to_string(status) +
+                    (status == rv_challenge ? " (a key asked for: this rank has none; give "
+                                              "every rank the same key, or none)"
+                                            : ""));
   }
   if (n != me.size) {
     throw error(errc::protocol_error, "rendezvous at " + where + ": a table of " + std::to_string(n) +
                                           " ranks for a job of " + std::to_string(me.size));
   }
-  rendezvous_table table(n);
-  for (std::uint32_t r = 0; r < n; ++r) {
-    std::array<std::byte, 4> len{};
-    s.recv_exact(len, reply_by, "rendezvous table");
-    const std::uint32_t l = get32(len.data());
-    if (l > o.max_bytes) {
-      throw error(errc::protocol_error, "rendezvous at " + where + ": rank " + std::to_string(r) +
-                                            "'s entry of " + std::to_string(l) +
-                                            " bytes is above the limit " + std::to_string(o.max_bytes));
+  // The table in one read: its length first, bounded by what n ranks may
+  // hand in, so a forged length cannot make this rank allocate more.
+  std::array<std::byte, 8> len{};
+  s.recv_exact(len, reply_by, "rendezvous table");
+  const std::uint64_t body = get64(len.data());
+  if (body < 4ull * n || body > std::uint64_t{n} * (4ull + o.max_bytes)) {
+    throw error(errc::protocol_error, "rendezvous at " + where + ": a table of " + std::to_string(body) +
+                                          " bytes for " + std::to_string(n) + " ranks of at most " +
+                                          std::to_string(o.max_bytes) + " bytes each");
+  }
+  std::vector<std::byte> all(static_cast<std::size_t>(body));
+  s.recv_exact(all, reply_by, "rendezvous table");
+  if (key != nullptr) {
+    rv_mac theirs{};
+    s.recv_exact(theirs, reply_by, "rendezvous table's MAC");
+    const rv_mac digest = key->mac({rv_label(rv_digest_label), h, len, all});
+    if (!rv_same(key->mac({rv_label(rv_table_label), sn, cn, digest}), theirs)) {
+      throw error(errc::authentication_failed,
+                  "rendezvous at " + where +
+                      ": the table's MAC is wrong (rank 0 holds another key, or the table was altered)");
     }
-    table[r].resize(l);
-    s.recv_exact(table[r], reply_by, "rendezvous table");
+  }
+  rendezvous_table table(n);
+  std::size_t at = 0;
+  for (std::uint32_t r = 0; r < n; ++r) {
+    const std::uint32_t l = at + 4 <= all.size() ? get32(all.data() + at) : 0xffffffffu;
+    if (l > o.max_bytes || at + 4 + l > all.size()) {
+      throw error(errc::protocol_error, "rendezvous at " + where + ": rank " + std::to_string(r) +
+                                            "'s entry runs past the table or above the limit " +
+                                            std::to_string(o.max_bytes));
+    }
+    table[r].assign(all.begin() + static_cast<std::ptrdiff_t>(at + 4),
+                    all.begin() + static_cast<std::ptrdiff_t>(at + 4 + l));
+    at += 4 + l;
+  }
+  if (at != all.size()) {
+    throw error(errc::protocol_error, "rendezvous at " + where + ": " + std::to_string(all.size() - at) +
+                                          " bytes past the table's last entry");
   }
   return table;
 }
