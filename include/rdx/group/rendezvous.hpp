@@ -164,7 +164,7 @@ private:
     tcp::socket s;
     std::array<std::byte, rv_hello_size> head{};
     // After the hello: keyed, its nonce, its bytes and its MAC; else its bytes.
-    std::vector<std::byte> body;
+    std::vector<std::byte> body{};
     std::size_t got = 0;  // bytes of hello and then of the body
     std::uint32_t rank = 0;
     std::uint32_t length = 0;
@@ -341,7 +341,6 @@ private:
   // Its whole body is in: keyed, the MAC is checked before anything it said
   // counts; then its bytes go into the table.
   void complete(peer& p) {
-    const std::uint32_t claimed = get32(p.head.data() + 8);
     if (p.keyed != static_cast<bool>(opt_.key)) {
       refuse(p, p.keyed ? "it came with a key and rank 0 has none: give every rank the same key, or none"
                         : "rank 0 requires the job's key and it came without one: give every rank the "
