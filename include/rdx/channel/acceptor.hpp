@@ -228,11 +228,7 @@ private:
   // checked first) its connection, grants and messages, sent at once.
   void start(setup& s) {
     s.out = o_.preamble;
-    if (o_.peer_preamble_size > 0 && o_.check_preamble) {
-      expect(s, phase::preamble, o_.peer_preamble_size);
-      return;
-    }
-    begin_exchange(s);
+    if (o_.peer_preamble_size == 0 || !o_.check_preamble) begin_exchange(s);
     if (o_.peer_preamble_size > 0) {
       expect(s, phase::preamble, o_.peer_preamble_size);
     } else {

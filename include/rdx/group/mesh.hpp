@@ -588,7 +588,7 @@ private:
         continue;
       }
       if (!*a) {
-        dropped_ = a->peer + ": " + a->message;
+        dropped_ = refusal(*a);
         continue;
       }
       const std::uint32_t from = detail::get32(a->preamble.data() + 16);
@@ -635,26 +635,31 @@ private:
     socks_[p] = tcp::socket{};
   }
 
+  // Why a finished set-up was not taken, for the errors that follow: a
+  // preamble check_preamble refused is named as such.
+  [[nodiscard]] std::string refusal(const accepted& a) const {
+    if (a.error == errc::rejected) {
+      return a.peer + ": not a rank of this job that should connect here" +
+             (o_.key ? " (or its preamble's MAC is wrong: another key)" : "");
+    }
+    return a.peer + ": " + a.message;
+  }
+
   void accept_from_higher(acceptor& acc) {
     std::uint32_t missing = me_.size - me_.rank - 1;
-    std::string dropped;
     while (missing > 0) {
       while (auto a = acc.poll()) {
         if (a->handed_out) continue;  // a request: none in a full mesh
         if (!*a) {
-          dropped = a->peer + ": " + a->message;
+          dropped_ = refusal(*a);
           continue;
         }
-        const auto& p = a->preamble;
-        const std::uint32_t from = detail::get32(p.data() + 16);
-        const bool ours = detail::get32(p.data()) == detail::mesh_magic &&
-                          detail::get64(p.data() + 8) == fp_ && detail::get32(p.data() + 20) == me_.rank &&
-                          from > me_.rank && from < me_.size && !conns_[from] &&
-                          detail::preamble_mac_right(o_.key.get(), job_mac_, p);
-        if (!ours) {
-          dropped = a->peer + ": not a rank of this job that should connect here" +
-                    (o_.key ? " (or its preamble's MAC is wrong: another key)" : "");
-          continue;  // its connection and socket close here
+        // check_preamble let only this job's higher ranks through; a second
+        // set-up of one pair closes here.
+        const std::uint32_t from = detail::get32(a->preamble.data() + 16);
+        if (conns_[from]) {
+          dropped_ = a->peer + ": a second set-up from rank " + std::to_string(from);
+          continue;
         }
         conns_[from] = std::move(a->conn);
         socks_[from] = std::move(a->socket);
@@ -665,10 +670,11 @@ private:
         std::vector<std::uint32_t> ranks;
         for (std::uint32_t r = me_.rank + 1; r < me_.size; ++r)
           if (!conns_[r]) ranks.push_back(r);
-        rdx::detail::throw_rdx(
-            errc::timed_out, "mesh: rank " + std::to_string(me_.rank) + " waited " +
-                                 std::to_string(o_.timeout.count()) + " ms for " + ranks_named(ranks) +
-                                 " to connect" + (dropped.empty() ? "" : " (last refused: " + dropped + ")"));
+        rdx::detail::throw_rdx(errc::timed_out,
+                               "mesh: rank " + std::to_string(me_.rank) + " waited " +
+                                   std::to_string(o_.timeout.count()) + " ms for " + ranks_named(ranks) +
+                                   " to connect" +
+                                   (dropped_.empty() ? "" : " (last refused: " + dropped_ + ")"));
       }
       (void)w_.progress();
       pollfd pf{acc.fd(), POLLIN, 0};

@@ -367,17 +367,17 @@ private:
 
   // One process refused, by name; the job goes on without it.
   void refuse(peer& p, const std::string& why) {
-    const std::string text = "rendezvous on port " + std::to_string(me_.rendezvous_port) +
-                             ": rank 0 refused a process at " + p.s.peer() + " claiming rank " +
-                             std::to_string(get32(p.head.data() + 8)) + ": " + why;
-    refused_ += (refused_.empty() ? "" : "; ") + text.substr(text.find("a process at"));
+    const std::string who = "a process at " + p.s.peer() + " claiming rank " +
+                            std::to_string(get32(p.head.data() + 8)) + ": " + why;
+    const std::string text =
+        "rendezvous on port " + std::to_string(me_.rendezvous_port) + ": rank 0 refused " + who;
+    refused_ += (refused_.empty() ? "" : "; ") + who;
     std::vector<std::byte> r = rv_reply_header(rv_refused, static_cast<std::uint32_t>(text.size()));
     const auto* t = reinterpret_cast<const std::byte*>(text.data());
     r.insert(r.end(), t, t + text.size());
     (void)::send(p.s.native_handle(), r.data(), r.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     ::shutdown(p.s.native_handle(), SHUT_WR);
-    p.hello = false;  // not a rank: erased from the peers
-    drop(p);
+    drop(p);  // it owns no rank: erased from the peers
   }
 
   std::string owner_of(std::uint32_t rank) const {
