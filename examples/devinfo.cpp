@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include <arpa/inet.h>
 #include <net/if.h>
 
@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   bool list_only = false;
   bool gpus_only = false;
   try {
-    examples::arg_reader r(argc, argv);
+    app::arg_reader r(argc, argv);
     std::string v;
     while (!r.done()) {
       if (r.match({"-h", "--help"})) {
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
       } else if (r.match({"-d", "--ib-dev"}, &v)) {
         device = v;
       } else if (r.match({"-i", "--ib-port"}, &v)) {
-        port = static_cast<int>(examples::parse_number("--ib-port", v, 1, 255));
+        port = static_cast<int>(app::parse_number("--ib-port", v, 1, 255));
       } else if (r.match({"-v", "--verbose"})) {
         // Accepted for ibv_devinfo's users: the output is always the verbose one.
       } else if (r.match({"-l", "--list"})) {
@@ -262,10 +262,10 @@ int main(int argc, char** argv) {
       } else if (r.match({"-g", "--gpu"})) {
         gpus_only = true;
       } else {
-        throw examples::usage_error("unexpected argument " + std::string(r.peek()));
+        throw app::usage_error("unexpected argument " + std::string(r.peek()));
       }
     }
-  } catch (const examples::usage_error& e) {
+  } catch (const app::usage_error& e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], e.what());
     return 2;
   }

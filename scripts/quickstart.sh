@@ -40,7 +40,7 @@ PACKAGES=(
   qemu-system-x86 busybox-static cpio xz-utils iproute2 util-linux
 )
 TEST_PACKAGES=(
-  libbenchmark-dev python3-matplotlib perftest clang-14 libclang-rt-14-dev clang-format doxygen valgrind libucx-dev
+  libbenchmark-dev python3-matplotlib perftest clang-14 libclang-rt-14-dev clang-format clang-tidy doxygen valgrind libucx-dev
   openmpi-bin libpmix-dev
 )
 
@@ -115,6 +115,13 @@ configure_and_build() {
   grep -E '^-- rdx:' "$BUILD.configure.log" || true
   if ((${#targets[@]} > 0)); then
     what="only ${targets[*]}, the program this command runs (the VMs need nothing built; scripts/quickstart.sh test builds every target)"
+    targets=(--target "${targets[@]}")
+  elif [[ "$cmd" == test && "${RDX_RELEASE_ALL:-0}" != 1 ]]; then
+    # The test programs that only the sanitizer pass runs are built there
+    # (with warnings as errors), not here as well.
+    ctest --preset "$PRESET" --show-only=json-v1 >"$BUILD/ctest-all.json"
+    mapfile -t targets < <(release_targets "$BUILD" "$BUILD/ctest-all.json")
+    what="every target but the $(($(wc -l <"$BUILD/default-targets.txt") - ${#targets[@]})) test programs only the sanitizer pass runs"
     targets=(--target "${targets[@]}")
   fi
   cmake --build --preset "$PRESET" -j "$JOBS" "${targets[@]}" -- -k 0 >"$BUILD.build.log" 2>&1 ||
@@ -222,14 +229,31 @@ roce_v2_ipv4_gid() {
 }
 
 # -------------------------------------------------------------------- test --
+# The labels of the rdma and twonode tests that run under the sanitizers
+# instead of in the release pass (see run_sanitizer_tests).
+SANITIZED_LABELS='rdma|twonode'
+UNSANITIZED_LABELS='doctor|wire|release_only'
+
 run_tests() {
-  local junit="$BUILD/ctest-junit.xml" list="$BUILD/ctest-tests.json" rc=0
-  log "test suite: ctest -j$JOBS (unit, rdma, twonode; cuda where a GPU is)"
+  local junit="$BUILD/ctest-junit.xml" list="$BUILD/ctest-tests.json" rc=0 once=()
+  cd "$ROOT"
   # A missing fabric is a failure here, never a silent skip.
   export RDX_REQUIRE_FABRIC=1
-  cd "$ROOT"
   ctest --preset "$PRESET" --show-only=json-v1 >"$list"
-  ctest --preset "$PRESET" -j "$JOBS" --output-junit "$junit" || rc=$?
+  # Each fabric test runs once: those the sanitizer pass takes run there
+  # alone (the same program and assertions, with ASan and UBSan watching),
+  # unless RDX_RELEASE_ALL=1.
+  if [[ "${RDX_RELEASE_ALL:-0}" != 1 ]]; then
+    mapfile -t once < <(sanitized_tests "$list")
+  fi
+  log "test suite: ctest -j$JOBS (unit, rdma, twonode; cuda where a GPU is)"
+  if ((${#once[@]} > 0)); then
+    echo "${#once[@]} rdma and twonode tests run once, under the sanitizers below (RDX_RELEASE_ALL=1 runs them here too)"
+    ctest --preset "$PRESET" --show-only=json-v1 -E "^($(IFS='|'; echo "${once[*]}"))\$" >"$list"
+    ctest --preset "$PRESET" -j "$JOBS" -E "^($(IFS='|'; echo "${once[*]}"))\$" --output-junit "$junit" || rc=$?
+  else
+    ctest --preset "$PRESET" -j "$JOBS" --output-junit "$junit" || rc=$?
+  fi
   phase_done tests
   summarize "$list" "$junit" "rdx test summary (preset $PRESET)" || rc=1
   run_sanitizer_tests || rc=1
@@ -237,8 +261,8 @@ run_tests() {
   return "$rc"
 }
 
-# The rdma and twonode tests again under AddressSanitizer and
-# UndefinedBehaviorSanitizer (but for rdx-doctor's reports and the soaks on a
+# The rdma and twonode tests under AddressSanitizer and
+# UndefinedBehaviorSanitizer, in place of the release pass (but for rdx-doctor's reports and the soaks on a
 # worse wire, labels doctor and wire: the same library paths as other tests;
 # and label release_only: rdma-core's own programs, timing runs, more modes
 # or sizes of a test the run already takes, and a test whose deadline ASan
@@ -250,7 +274,7 @@ run_sanitizer_tests() {
   # Only the programs these tests run are built (not the per-header checks,
   # unit tests, benchmarks or CUDA tests): the names come from the tests' own
   # commands.
-  local targets=() tests=(-L 'rdma|twonode' -LE 'doctor|wire|release_only')
+  local targets=() tests=(-L "$SANITIZED_LABELS" -LE "$UNSANITIZED_LABELS")
   { cmake --preset asan-ubsan &&
     ctest --preset asan-ubsan "${tests[@]}" --show-only=json-v1 >"$b/ctest-tests.json" &&
     mapfile -t targets < <(test_programs "$b" "$b/ctest-tests.json") &&
@@ -308,6 +332,75 @@ for t in json.load(open(listing))["tests"]:
             if rel in known:
                 found.add(rel)
 print("\n".join(sorted(found)))
+PY
+}
+
+# Every target a plain build makes in the build tree $1, as ninja names it.
+default_targets() {
+  /usr/bin/python3 - "$1" <<'PY'
+import subprocess, sys
+
+def query(node):
+    out = subprocess.run(["ninja", "-C", sys.argv[1], "-t", "query", node], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    ins, on = [], False
+    for line in out[1:]:
+        if line.startswith("  input:"):
+            on = True
+        elif line.startswith("  outputs:"):
+            on = False
+        elif on and line.startswith("    "):
+            ins.append(line.strip())
+    return ins
+
+seen, todo = [], ["all"]
+while todo:
+    node = todo.pop()
+    for i in query(node):
+        if i == "all" or i.endswith("/all"):
+            todo.append(i)
+        elif i not in seen:
+            seen.append(i)
+print("\n".join(sorted(seen)))
+PY
+}
+
+# What the release build makes for the test command (build tree $1, the full
+# test list in $2): every default target but the test programs (under tests/)
+# that only tests of the sanitizer pass run. Examples, tools, benchmarks and
+# the header checks are always built.
+release_targets() {
+  local sanitized
+  sanitized="$(sanitized_tests "$2" | paste -sd '|')"
+  default_targets "$1" >"$1/default-targets.txt"
+  /usr/bin/python3 - "$1" "$2" "$sanitized" "$1/default-targets.txt" <<'PY'
+import json, re, sys
+
+build, listing, sanitized, defaults = sys.argv[1:5]
+run_san = re.compile(f"^({sanitized})$") if sanitized else None
+only_san, elsewhere = set(), set()
+for t in json.load(open(listing))["tests"]:
+    progs = set()
+    for arg in t.get("command", []):
+        for path in re.findall(re.escape(build) + r"/[^\s'\"|;&)]+", arg):
+            progs.add(path[len(build) + 1:])
+    (only_san if run_san and run_san.match(t["name"]) else elsewhere).update(progs)
+drop = {p for p in only_san - elsewhere if p.startswith("tests/")}
+print("\n".join(d for d in open(defaults).read().split() if d not in drop))
+PY
+}
+
+# The names of the tests (ctest --show-only=json-v1 in $1) that the sanitizer
+# pass runs: a label of SANITIZED_LABELS and none of UNSANITIZED_LABELS.
+sanitized_tests() {
+  /usr/bin/python3 - "$1" "$SANITIZED_LABELS" "$UNSANITIZED_LABELS" <<'PY'
+import json, re, sys
+
+take, leave = (re.compile(f"^({x})$") for x in sys.argv[2:4])
+for t in json.load(open(sys.argv[1]))["tests"]:
+    labels = next((p["value"] for p in t.get("properties", []) if p["name"] == "LABELS"), [])
+    if any(take.match(l) for l in labels) and not any(leave.match(l) for l in labels):
+        print(re.escape(t["name"]))
 PY
 }
 

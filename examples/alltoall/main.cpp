@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "../common.hpp"
+#include "cli.hpp"
 
 namespace {
 
@@ -126,7 +126,7 @@ void usage(const char* argv0) {
 
 options parse(int argc, char** argv) {
   options o;
-  examples::arg_reader a(argc, argv);
+  app::arg_reader a(argc, argv);
   std::string v;
   while (!a.done()) {
     if (a.match({"-h", "--help"})) {
@@ -135,21 +135,21 @@ options parse(int argc, char** argv) {
     } else if (a.match({"-d", "--ib-dev"}, &v)) {
       o.device = v;
     } else if (a.match({"-s", "--size"}, &v)) {
-      o.block = examples::parse_number("--size", v, 8, 1ull << 30, true);
+      o.block = app::parse_number("--size", v, 8, 1ull << 30, true);
     } else if (a.match({"-n", "--iters"}, &v)) {
-      o.iters = static_cast<std::uint32_t>(examples::parse_number("--iters", v, 1, 1000000));
+      o.iters = static_cast<std::uint32_t>(app::parse_number("--iters", v, 1, 1000000));
     } else if (a.match({"-w", "--warmup"}, &v)) {
-      o.warmup = static_cast<std::uint32_t>(examples::parse_number("--warmup", v, 0, 1000000));
+      o.warmup = static_cast<std::uint32_t>(app::parse_number("--warmup", v, 0, 1000000));
     } else if (a.match({"-t", "--timeout"}, &v)) {
-      o.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 86400));
+      o.timeout = std::chrono::seconds(app::parse_number("--timeout", v, 1, 86400));
     } else if (a.match({"--rank"}, &v)) {
-      o.rank = static_cast<std::uint32_t>(examples::parse_number("--rank", v, 0, 1u << 24));
+      o.rank = static_cast<std::uint32_t>(app::parse_number("--rank", v, 0, 1u << 24));
     } else if (a.match({"--world"}, &v)) {
-      o.world = static_cast<std::uint32_t>(examples::parse_number("--world", v, 1, 1u << 24));
+      o.world = static_cast<std::uint32_t>(app::parse_number("--world", v, 1, 1u << 24));
     } else if (a.match({"--master"}, &v)) {
       o.master = v;
     } else if (a.match({"--ack-timeout"}, &v)) {
-      o.ack_timeout = std::chrono::milliseconds(examples::parse_number("--ack-timeout", v, 1, 3600000));
+      o.ack_timeout = std::chrono::milliseconds(app::parse_number("--ack-timeout", v, 1, 3600000));
     } else if (a.match({"--bootstrap"}, &v)) {
       if (v == "auto") {
         o.boot = bootstrap::automatic;
@@ -158,13 +158,13 @@ options parse(int argc, char** argv) {
       } else if (v == "tcp") {
         o.boot = bootstrap::tcp;
       } else {
-        throw examples::usage_error("--bootstrap " + v + ": expected auto, pmix or tcp");
+        throw app::usage_error("--bootstrap " + v + ": expected auto, pmix or tcp");
       }
     } else if (a.match({"-e", "--events"})) {
       o.events = true;
     } else if (a.match({"--psk-file"}, &v)) {
       if (!built_with_auth) {
-        throw examples::usage_error(
+        throw app::usage_error(
             "--psk-file: this alltoall was built without rdx::auth (install libssl-dev "
             "and reconfigure)");
       }
@@ -174,17 +174,17 @@ options parse(int argc, char** argv) {
     } else if (a.match({"-q", "--quiet"})) {
       o.quiet = true;
     } else {
-      throw examples::usage_error("unknown argument " + std::string(a.peek()));
+      throw app::usage_error("unknown argument " + std::string(a.peek()));
     }
   }
   if (o.rank.has_value() != o.world.has_value() || (o.rank && o.master.empty() && *o.world > 1)) {
-    throw examples::usage_error("--rank, --world and --master go together");
+    throw app::usage_error("--rank, --world and --master go together");
   }
   if (o.boot == bootstrap::pmix && o.rank) {
-    throw examples::usage_error("--bootstrap pmix takes the rank from the PMIx server: drop --rank");
+    throw app::usage_error("--bootstrap pmix takes the rank from the PMIx server: drop --rank");
   }
   if (o.boot == bootstrap::pmix && !built_with_pmix) {
-    throw examples::usage_error(
+    throw app::usage_error(
         "--bootstrap pmix: this alltoall was built without rdx::pmix (install libpmix-dev and reconfigure)");
   }
   return o;
@@ -197,11 +197,11 @@ rdx::group::rank_info place(const options& o) {
   if (!o.master.empty()) {
     const auto colon = o.master.rfind(':');
     if (colon == std::string::npos || colon == 0) {
-      throw examples::usage_error("--master " + o.master + ": expected HOST:PORT");
+      throw app::usage_error("--master " + o.master + ": expected HOST:PORT");
     }
     host = o.master.substr(0, colon);
-    port = static_cast<std::uint16_t>(
-        examples::parse_number("--master port", o.master.substr(colon + 1), 1, 65535));
+    port =
+        static_cast<std::uint16_t>(app::parse_number("--master port", o.master.substr(colon + 1), 1, 65535));
   }
   return rdx::group::given(*o.rank, *o.world, 0, 1, host, port);
 }
@@ -245,7 +245,7 @@ int run(const options& o) {
 #if RDX_EXAMPLES_AUTH
   if (!o.psk_file.empty()) mo.key = rdx::auth::psk_key::from_file(o.psk_file);  // before any socket
 #endif
-  rdx::context ctx = examples::open_device(o.device);
+  rdx::context ctx = app::open_device(o.device);
   rdx::protection_domain pd(ctx);
   const std::size_t bytes = o.block * n;
   auto window = rdx::make_window_buffer<std::byte>(pd, bytes);
@@ -342,7 +342,7 @@ int run(const options& o) {
 int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
-  } catch (const examples::usage_error& e) {
+  } catch (const app::usage_error& e) {
     std::fprintf(stderr, "alltoall: %s (see --help)\n", e.what());
     return 2;
   } catch (const std::exception& e) {

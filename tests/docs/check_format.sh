@@ -15,7 +15,7 @@ if [[ -z "$cf" ]]; then
   exit 77
 fi
 cd "$root"
-mapfile -t files < <(find include examples tests bench tools -type f \
+mapfile -t files < <(find include apps examples tests bench tools -type f \
   \( -name '*.hpp' -o -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 bad=()
 for f in "${files[@]}"; do

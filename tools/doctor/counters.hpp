@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "checks.hpp"
+#include "scope.hpp"
 #include <dirent.h>
 
 namespace doctor {

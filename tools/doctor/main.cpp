@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "checks.hpp"
-#include "common.hpp"
+#include "cli.hpp"
 #include "counters.hpp"
 #include "peer.hpp"
 #include "report.hpp"
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   doctor::peer_scope ps;
   bool timeout_set = false;
   try {
-    examples::arg_reader a(argc, argv);
+    app::arg_reader a(argc, argv);
     while (!a.done()) {
       std::string v;
       if (a.match({"-h", "--help"})) {
@@ -103,29 +103,29 @@ int main(int argc, char** argv) {
       } else if (a.match({"-d", "--ib-dev"}, &v)) {
         sc.device = v;
       } else if (a.match({"-i", "--ib-port"}, &v)) {
-        sc.port = static_cast<int>(examples::parse_number("--ib-port", v, 1, 255));
+        sc.port = static_cast<int>(app::parse_number("--ib-port", v, 1, 255));
       } else if (a.match({"-g", "--gid-index"}, &v)) {
-        (void)examples::parse_number("--gid-index", v, 0, 255);
+        (void)app::parse_number("--gid-index", v, 0, 255);
         ::setenv("RDX_GID_INDEX", v.c_str(), 1);
       } else if (a.match({"--memlock-need"}, &v)) {
-        sc.memlock_need = examples::parse_number("--memlock-need", v, 1, 1ull << 50, true);
+        sc.memlock_need = app::parse_number("--memlock-need", v, 1, 1ull << 50, true);
       } else if (a.match({"--peer"}, &v)) {
         peer = v;
       } else if (a.match({"-p", "--port"}, &v)) {
-        ps.tcp_port = static_cast<std::uint16_t>(examples::parse_number("--port", v, 1, 65535));
+        ps.tcp_port = static_cast<std::uint16_t>(app::parse_number("--port", v, 1, 65535));
       } else if (a.match({"-t", "--timeout"}, &v)) {
-        ps.timeout = std::chrono::seconds(examples::parse_number("--timeout", v, 1, 3600));
+        ps.timeout = std::chrono::seconds(app::parse_number("--timeout", v, 1, 3600));
         timeout_set = true;
       } else if (a.match({"--bytes"}, &v)) {
-        ps.bytes = examples::parse_number("--bytes", v, 1, 1ull << 30, true);
+        ps.bytes = app::parse_number("--bytes", v, 1, 1ull << 30, true);
       } else {
-        throw examples::usage_error("unknown argument " + std::string(a.peek()));
+        throw app::usage_error("unknown argument " + std::string(a.peek()));
       }
     }
-    if (serve && !peer.empty()) throw examples::usage_error("--serve and --peer exclude each other");
+    if (serve && !peer.empty()) throw app::usage_error("--serve and --peer exclude each other");
     if (serve && !timeout_set) ps.timeout = std::chrono::seconds(60);
     ps.host = peer;
-  } catch (const examples::usage_error& e) {
+  } catch (const app::usage_error& e) {
     std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], e.what());
     return 2;
   }

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "checks.hpp"
+#include "netdev.hpp"
 #include "report.hpp"
 #include <arpa/inet.h>
 #include <sys/utsname.h>

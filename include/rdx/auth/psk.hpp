@@ -67,7 +67,7 @@ public:
   psk_key& operator=(const psk_key&) = delete;
   psk_key(psk_key&&) = delete;
   psk_key& operator=(psk_key&&) = delete;
-  ~psk_key() { ::OPENSSL_cleanse(key_.data(), key_.size()); }
+  ~psk_key() override { ::OPENSSL_cleanse(key_.data(), key_.size()); }
 
   //! A key written as hex digits (white space between them is ignored), as
   //! `openssl rand -hex 32` prints one.

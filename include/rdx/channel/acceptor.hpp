@@ -16,6 +16,7 @@
 // key needs exchange_and_connect with exchange_options::auth (a blocking set-up).
 #pragma once
 
+#include <rdx/channel/acceptor_types.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>
 #include <rdx/channel/worker.hpp>
@@ -45,52 +46,6 @@
 
 namespace rdx {
 
-//! What an acceptor does with a client once its preamble is in
-//! (acceptor_options::check_preamble).
-enum class preamble_verdict {
-  proceed,   //!< set the client up
-  refuse,    //!< fail its set-up (errc::rejected) and close its socket
-  hand_out,  //!< end its set-up here: handed out with its socket and no connection
-};
-
-//! How an acceptor sets up its clients.
-struct acceptor_options {
-  //! Each client's whole set-up, from its TCP accept to the barrier.
-  std::chrono::milliseconds timeout = tcp::default_timeout;
-  connect_options connect{};  //!< the RTR and RTS settings of every queue pair
-  //! Set-ups in progress at once; later clients wait in the listen backlog.
-  std::size_t max_pending = 256;
-  //! The application's bytes, sent to every client before rdx's messages
-  //! (its own settings, say).
-  std::vector<std::byte> preamble{};
-  //! How many bytes each client sends before rdx's messages (its preamble).
-  std::size_t peer_preamble_size = 0;
-  //! Called with each client's preamble (peer_preamble_size > 0) once it is
-  //! in; until then nothing but `preamble` is sent to the client and no
-  //! connection is made for it, so a stranger costs no queue pair. Empty:
-  //! every client proceeds, its connection made as it arrives.
-  std::function<preamble_verdict(std::span<const std::byte>)> check_preamble{};
-};
-
-//! One client's set-up, finished or failed.
-struct accepted {
-  std::string peer;  //!< the client's TCP address, "host:port"
-  //! Connected, on the worker. When set-up failed: the connection that was
-  //! being set up (unconnected; destroy it with what prepare made for it),
-  //! or null when it could not be made.
-  std::unique_ptr<connection> conn;
-  peer_offer offer;                 //!< the client's connection info and grants
-  std::vector<std::byte> preamble;  //!< the client's first peer_preamble_size bytes
-  tcp::socket socket;               //!< the bootstrap socket, still open (closed on failure)
-  std::error_code error;            //!< why set-up failed (timed_out, wire_format, limit_exceeded, ...)
-  std::string message;              //!< that in words, naming the client and the step
-  //! check_preamble said preamble_verdict::hand_out: no connection and no
-  //! error; `preamble` and `socket` are the client's, for the application.
-  bool handed_out = false;
-  //! True when the client is connected.
-  explicit operator bool() const noexcept { return !error && conn != nullptr; }
-};
-
 //! Accepts clients over TCP into a worker without blocking. Move-only; used
 //! on the worker's thread. Destroying it closes the sockets of set-ups in
 //! progress and destroys their connections; those handed out are the caller's.
@@ -106,13 +61,21 @@ public:
   acceptor(worker& w, const protection_domain& pd, tcp::listener l, const connection_attr& attr,
            acceptor_options o = {}, prepare_fn prepare = {})
       : w_(&w), pd_(&pd), l_(std::move(l)), attr_(attr), o_(std::move(o)), prepare_(std::move(prepare)) {
-    if (!w) detail::throw_rdx(errc::invalid_argument, "acceptor: the worker is empty (moved from)");
-    if (l_.native_handle() < 0) detail::throw_rdx(errc::invalid_argument, "acceptor: the listener is closed");
-    if (o_.max_pending == 0) detail::throw_rdx(errc::invalid_argument, "acceptor: max_pending is 0");
+    if (!w) {
+      detail::throw_rdx(errc::invalid_argument, "acceptor: the worker is empty (moved from)");
+    }
+    if (l_.native_handle() < 0) {
+      detail::throw_rdx(errc::invalid_argument, "acceptor: the listener is closed");
+    }
+    if (o_.max_pending == 0) {
+      detail::throw_rdx(errc::invalid_argument, "acceptor: max_pending is 0");
+    }
     tcp::detail::set_nonblocking(l_.native_handle(), true);
     (void)::listen(l_.native_handle(), SOMAXCONN);
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) detail::throw_errno("epoll_create1", "acceptor", errno);
+    if (ep_ < 0) {
+      detail::throw_errno("epoll_create1", "acceptor", errno);
+    }
     watch(l_.native_handle(), EPOLLIN, nullptr, EPOLL_CTL_ADD);
   }
   //! Takes o's listener, set-ups in progress and epoll descriptor; o is left empty.
@@ -130,7 +93,9 @@ public:
   acceptor(const acceptor&) = delete;
   acceptor& operator=(const acceptor&) = delete;
   ~acceptor() {
-    if (ep_ >= 0) ::close(ep_);
+    if (ep_ >= 0) {
+      ::close(ep_);
+    }
   }
 
   //! A descriptor readable when a client arrives or a set-up has bytes to
@@ -147,8 +112,12 @@ public:
   //! past their deadline, and returns one finished or failed set-up, if any.
   //! Call it until it returns nothing.
   [[nodiscard]] std::optional<accepted> poll() {
-    if (done_.empty()) step();
-    if (done_.empty()) return std::nullopt;
+    if (done_.empty()) {
+      step();
+    }
+    if (done_.empty()) {
+      return std::nullopt;
+    }
     accepted a = std::move(done_.front());
     done_.pop_front();
     return a;
@@ -193,7 +162,9 @@ private:
         advance(*static_cast<setup*>(ev[i].data.ptr));
       }
     }
-    if (listener_ready) accept_waiting();
+    if (listener_ready) {
+      accept_waiting();
+    }
     expire();
   }
 
@@ -204,7 +175,9 @@ private:
       const int fd =
           ::accept4(l_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == ECONNABORTED) {
+          continue;
+        }
         return;  // EAGAIN: nobody waits; EMFILE and the like: the clients stay in the backlog
       }
       const int one = 1;
@@ -228,7 +201,9 @@ private:
   // checked first) its connection, grants and messages, sent at once.
   void start(setup& s) {
     s.out = o_.preamble;
-    if (o_.peer_preamble_size == 0 || !o_.check_preamble) begin_exchange(s);
+    if (o_.peer_preamble_size == 0 || !o_.check_preamble) {
+      begin_exchange(s);
+    }
     if (o_.peer_preamble_size > 0) {
       expect(s, phase::preamble, o_.peer_preamble_size);
     } else {
@@ -241,7 +216,9 @@ private:
   void begin_exchange(setup& s) {
     s.conn = std::make_unique<connection>(*w_, *pd_, attr_);
     std::vector<window_descriptor> grants;
-    if (prepare_) grants = prepare_(*s.conn, s.sock.peer());
+    if (prepare_) {
+      grants = prepare_(*s.conn, s.sock.peer());
+    }
     const connection_info info = s.conn->local_info();
     const detail::offer_messages mine = detail::make_offer_messages(info, grants, "acceptor");
     s.nqp = mine.descriptors.size();
@@ -265,7 +242,9 @@ private:
 
   void advance(setup& s) {
     try {
-      if (!flush(s)) return;
+      if (!flush(s)) {
+        return;
+      }
       for (;;) {
         while (s.have < s.in.size()) {
           const ssize_t n =
@@ -277,15 +256,21 @@ private:
           if (n == 0) {
             throw error(errc::wire_format, "the client closed the connection " + where(s));
           }
-          if (errno == EINTR) continue;
-          if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+          if (errno == EINTR) {
+            continue;
+          }
+          if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return;
+          }
           detail::throw_errno("recv", "set-up of " + s.sock.peer(), errno);
         }
         if (take(s)) {
           finish(s);
           return;
         }
-        if (!flush(s)) return;
+        if (!flush(s)) {
+          return;
+        }
       }
     } catch (const std::exception& e) {
       fail(s, e);
@@ -350,9 +335,13 @@ private:
         s.out_done += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!s.writing) watch(s.sock.native_handle(), EPOLLIN | EPOLLOUT, &s, EPOLL_CTL_MOD);
+        if (!s.writing) {
+          watch(s.sock.native_handle(), EPOLLIN | EPOLLOUT, &s, EPOLL_CTL_MOD);
+        }
         s.writing = true;
         return false;
       }
@@ -360,7 +349,9 @@ private:
     }
     s.out.clear();
     s.out_done = 0;
-    if (s.writing) watch(s.sock.native_handle(), EPOLLIN, &s, EPOLL_CTL_MOD);
+    if (s.writing) {
+      watch(s.sock.native_handle(), EPOLLIN, &s, EPOLL_CTL_MOD);
+    }
     s.writing = false;
     return true;
   }
@@ -385,7 +376,9 @@ private:
     a.error = re != nullptr ? re->code() : make_error_code(errc::wire_format);
     a.message = e.what();
     a.conn = std::move(s.conn);
-    if (s.sock.native_handle() >= 0) watch(s.sock.native_handle(), 0, nullptr, EPOLL_CTL_DEL);
+    if (s.sock.native_handle() >= 0) {
+      watch(s.sock.native_handle(), 0, nullptr, EPOLL_CTL_DEL);
+    }
     done_.push_back(std::move(a));
     setups_.erase(s.self);  // closes the socket: the client's exchange fails at once
   }
@@ -394,7 +387,9 @@ private:
     const auto now = std::chrono::steady_clock::now();
     for (auto it = setups_.begin(); it != setups_.end();) {
       setup& s = *it++;
-      if (now < s.deadline) continue;
+      if (now < s.deadline) {
+        continue;
+      }
       const error e(make_error_code(errc::timed_out),
                     "acceptor: set-up of " + s.sock.peer() + " did not finish within " +
                         tcp::detail::seconds_text(o_.timeout) + ", " + where(s));

@@ -46,19 +46,23 @@ public:
   }
   //! A move re-points the destination of a receive still waiting.
   receive_operation(receive_operation&& o) noexcept : operation(std::move(o)), value_(o.value_) {
-    if (destination() == reinterpret_cast<std::byte*>(&o.value_))
+    if (destination() == reinterpret_cast<std::byte*>(&o.value_)) {
       set_destination(reinterpret_cast<std::byte*>(&value_));
+    }
   }
   //! Ends this receive as destruction does, then takes over o (re-pointing a waiting destination).
   receive_operation& operator=(receive_operation&& o) noexcept {
     if (this != &o) {
       operation::operator=(std::move(o));
       value_ = o.value_;
-      if (destination() == reinterpret_cast<std::byte*>(&o.value_))
+      if (destination() == reinterpret_cast<std::byte*>(&o.value_)) {
         set_destination(reinterpret_cast<std::byte*>(&value_));
+      }
     }
     return *this;
   }
+  receive_operation(const receive_operation&) = delete;
+  receive_operation& operator=(const receive_operation&) = delete;
   ~receive_operation() = default;
   //! The message (valid when ok()).
   [[nodiscard]] const T& value() const noexcept { return value_; }
@@ -90,6 +94,8 @@ public:
   }
   //! An empty view: not started, holds nothing.
   message_view() noexcept = default;
+  message_view(const message_view&) = delete;
+  message_view& operator=(const message_view&) = delete;
   //! Takes over o's receive, or o's buffer once it holds one; o is left empty.
   message_view(message_view&&) noexcept = default;
   //! Gives back this view's buffer (if it holds one), then takes over o's.

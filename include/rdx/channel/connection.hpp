@@ -114,10 +114,16 @@ public:
   //! device ("...: the device reported PORT_ERR on port 1: the port left
   //! ACTIVE ..."), which may come a little after the failure. Empty while not failed.
   [[nodiscard]] std::string failure_message() const {
-    if (!failed_) return {};
+    if (!failed_) {
+      return {};
+    }
     std::string s = failure_.message();
-    if (failure_text_[0] != '\0') s += std::string(": ") + failure_text_;
-    if (device_text_[0] != '\0') s += std::string(failure_text_[0] != '\0' ? "; " : ": ") + device_text_;
+    if (failure_text_[0] != '\0') {
+      s += std::string(": ") + failure_text_;
+    }
+    if (device_text_[0] != '\0') {
+      s += std::string(failure_text_[0] != '\0' ? "; " : ": ") + device_text_;
+    }
     return s;
   }
   //! The longest time from a peer's death (process killed, link down) to the
@@ -174,7 +180,9 @@ public:
   //! The completion channel's descriptor for an application's epoll loop
   //! (readable when a completion waits), or -1 without events.
   [[nodiscard]] int fd() const noexcept {
-    if (worker_ != nullptr) return worker_->fd();
+    if (worker_ != nullptr) {
+      return worker_->fd();
+    }
     return channel_ ? channel_->fd() : -1;
   }
   //! True when it was made on a worker (connection(worker&, ...)).
@@ -213,12 +221,18 @@ struct start_access {
 
 inline bounded_awaiter_base::~bounded_awaiter_base() {
   callback_.reset();
-  if (conn_ != nullptr) static_cast<engine&>(*conn_).remove_bounded(*this);
-  if (op_ != nullptr && op_->bounded_ == this) op_->bounded_ = nullptr;
+  if (conn_ != nullptr) {
+    static_cast<engine&>(*conn_).remove_bounded(*this);
+  }
+  if (op_ != nullptr && op_->bounded_ == this) {
+    op_->bounded_ = nullptr;
+  }
 }
 
 inline bool bounded_awaiter_base::await_ready() noexcept {
-  if (op_->done_ || op_->conn_ == nullptr) return true;
+  if (op_->done_ || op_->conn_ == nullptr) {
+    return true;
+  }
   engine& e = *op_->conn_;
   if (token_.stop_requested()) {
     e.end_now(*op_, make_error_code(errc::operation_canceled));
@@ -237,15 +251,21 @@ inline void bounded_awaiter_base::await_suspend(std::coroutine_handle<> h) noexc
   conn_ = op_->conn_;
   engine& e = *conn_;
   e.add_bounded(*this);
-  if (token_.stop_possible()) callback_.emplace(token_, stop_flag{this});
+  if (token_.stop_possible()) {
+    callback_.emplace(token_, stop_flag{this});
+  }
   e.cover_all();
 }
 
 inline void bounded_awaiter_base::finish() noexcept {
   callback_.reset();
-  if (conn_ != nullptr) static_cast<engine&>(*conn_).remove_bounded(*this);
+  if (conn_ != nullptr) {
+    static_cast<engine&>(*conn_).remove_bounded(*this);
+  }
   conn_ = nullptr;
-  if (op_->bounded_ == this) op_->bounded_ = nullptr;
+  if (op_->bounded_ == this) {
+    op_->bounded_ = nullptr;
+  }
 }
 
 inline void stop_flag::operator()() const noexcept {
@@ -262,7 +282,9 @@ inline operation::operation(operation&& o) noexcept {
 }
 
 inline void operation::release_lease() noexcept {
-  if (holds_lease()) static_cast<detail::engine&>(*conn_).release_view(*this);
+  if (holds_lease()) {
+    static_cast<detail::engine&>(*conn_).release_view(*this);
+  }
 }
 
 inline operation& operation::operator=(operation&& o) noexcept {
@@ -295,7 +317,9 @@ inline void operation::take_from(operation& o) noexcept {
     static_cast<detail::engine&>(*conn_).follow_move(o, *this);
   }
   // A message_view's ring buffer now belongs to this one.
-  if (holds_lease()) static_cast<detail::engine&>(*conn_).lend_to(*this);
+  if (holds_lease()) {
+    static_cast<detail::engine&>(*conn_).lend_to(*this);
+  }
   o.conn_ = nullptr;
   o.waiter_ = {};
   o.bounded_ = nullptr;
@@ -313,11 +337,15 @@ inline operation::~operation() {
 
 void operation::leave() noexcept {
   release_lease();
-  if (!done_ || list_ != detail::op_list::none) static_cast<detail::engine&>(*conn_).withdraw(*this);
+  if (!done_ || list_ != detail::op_list::none) {
+    static_cast<detail::engine&>(*conn_).withdraw(*this);
+  }
 }
 
 inline bool operation::test() noexcept {
-  if (done_ || conn_ == nullptr) return done_;
+  if (done_ || conn_ == nullptr) {
+    return done_;
+  }
   detail::engine& e = *conn_;
   e.cover_all();
   e.progress();
@@ -325,19 +353,27 @@ inline bool operation::test() noexcept {
 }
 
 inline std::error_code operation::wait(std::chrono::nanoseconds timeout, wait_mode mode) noexcept {
-  if (done_) return ec_;
+  if (done_) {
+    return ec_;
+  }
   return wait_until(std::chrono::steady_clock::now() + timeout, mode);
 }
 
 inline std::error_code operation::wait_until(std::chrono::steady_clock::time_point deadline,
                                              wait_mode mode) noexcept {
-  if (done_) return ec_;
-  if (conn_ == nullptr) return make_error_code(errc::not_ready);
+  if (done_) {
+    return ec_;
+  }
+  if (conn_ == nullptr) {
+    return make_error_code(errc::not_ready);
+  }
   return static_cast<detail::engine&>(*conn_).run_until(deadline, mode, this);
 }
 
 inline bool operation::cancel() noexcept {
-  if (done_ || conn_ == nullptr) return false;
+  if (done_ || conn_ == nullptr) {
+    return false;
+  }
   static_cast<detail::engine&>(*conn_).end_now(*this, make_error_code(errc::operation_canceled));
   return true;
 }

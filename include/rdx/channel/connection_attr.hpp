@@ -17,15 +17,15 @@ namespace rdx {
 //! Settings of a connection; each side of a connection must use the same
 //! queue_pairs, recv_depth and message_size (connect() checks).
 struct connection_attr {
-  std::uint32_t queue_pairs = 1;            //!< K: large writes and reads are striped over them
-  std::uint32_t send_depth = 256;           //!< send-queue entries per queue pair
-  std::uint32_t signal_interval = 64;       //!< at most this many work requests per signaled one
-  std::uint32_t recv_depth = 64;            //!< pre-posted message buffers: the peer's credits
-  std::uint32_t message_size = 4096;        //!< bytes per message buffer: the largest message
-  std::size_t chunk_size = 512 * 1024;      //!< striping chunk, a multiple of 4 KiB
-  bool events = false;                      //!< create a completion channel (event mode)
-  std::uint8_t port = 0;                    //!< 0: the first ACTIVE port
-  std::optional<std::uint8_t> gid_index{};  //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
+  std::uint32_t queue_pairs = 1;                     //!< K: large writes and reads are striped over them
+  std::uint32_t send_depth = 256;                    //!< send-queue entries per queue pair
+  std::uint32_t signal_interval = 64;                //!< at most this many work requests per signaled one
+  std::uint32_t recv_depth = 64;                     //!< pre-posted message buffers: the peer's credits
+  std::uint32_t message_size = 4096;                 //!< bytes per message buffer: the largest message
+  std::size_t chunk_size = std::size_t{512} * 1024;  //!< striping chunk, a multiple of 4 KiB
+  bool events = false;                               //!< create a completion channel (event mode)
+  std::uint8_t port = 0;                             //!< 0: the first ACTIVE port
+  std::optional<std::uint8_t> gid_index{};           //!< unset: select_gid() (RDX_GID_INDEX, RoCE v2, ...)
   //! How sends are posted: the extended post API where the provider offers
   //! it (automatic), or ibv_post_send (classic). queue_pair_attr::post.
   post_api post = post_api::automatic;

@@ -71,15 +71,21 @@ struct offer_messages {
   offer_messages out;
   for (std::size_t i = 0; i < nqp; ++i) {
     std::vector<remote_descriptor>& desc = out.descriptors.emplace_back();
-    if (i == 0) desc.push_back(mine.credit_word);
+    if (i == 0) {
+      desc.push_back(mine.credit_word);
+    }
     for (const auto& g : grants) {
       remote_descriptor d = g.memory;
-      if (!g.keys.empty()) d.rkey = g.keys[i];
+      if (!g.keys.empty()) {
+        d.rkey = g.keys[i];
+      }
       desc.push_back(d);
     }
   }
   wire::settings s{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}};
-  for (const auto& g : grants) s.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
+  for (const auto& g : grants) {
+    s.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
+  }
   out.settings = wire::encode_settings(s);
   return out;
 }
@@ -91,7 +97,9 @@ struct offer_messages {
 template <class Fail>
 std::size_t check_endpoint_messages(const std::vector<wire::message>& got, Fail&& fail) {
   const std::size_t nqp = got.size();
-  if (got[0].descriptors.empty()) fail("the peer sent no credit word");
+  if (got[0].descriptors.empty()) {
+    fail("the peer sent no credit word");
+  }
   const std::size_t peer_windows = got[0].descriptors.size() - 1;
   for (std::size_t i = 1; i < nqp; ++i) {
     if (got[i].descriptors.size() != peer_windows) {
@@ -101,8 +109,9 @@ std::size_t check_endpoint_messages(const std::vector<wire::message>& got, Fail&
     for (std::size_t j = 0; j < peer_windows; ++j) {
       const remote_descriptor& a = got[0].descriptors[j + 1];
       const remote_descriptor& b = got[i].descriptors[j];
-      if (a.addr != b.addr || a.length != b.length)
+      if (a.addr != b.addr || a.length != b.length) {
         fail("window " + std::to_string(j) + " names other memory for queue pair " + std::to_string(i));
+      }
     }
   }
   return peer_windows;
@@ -116,7 +125,9 @@ template <class Fail>
   const std::size_t nqp = got.size();
   const std::size_t peer_windows = check_endpoint_messages(got, fail);
   peer_offer peer;
-  for (const auto& m : got) peer.info.endpoints.push_back(m.ep);
+  for (const auto& m : got) {
+    peer.info.endpoints.push_back(m.ep);
+  }
   const std::size_t nwin = theirs.windows.size();
   if (theirs.queue_pairs != nqp || nwin != peer_windows) {
     fail("the peer's settings disagree with its endpoint messages (" + std::to_string(theirs.queue_pairs) +
@@ -131,7 +142,9 @@ template <class Fail>
                         static_cast<rights>(theirs.windows[j].rights),
                         theirs.windows[j].element_size,
                         {}};
-    for (std::size_t i = 0; i < nqp; ++i) w.keys.push_back(got[i].descriptors[i == 0 ? j + 1 : j].rkey);
+    for (std::size_t i = 0; i < nqp; ++i) {
+      w.keys.push_back(got[i].descriptors[i == 0 ? j + 1 : j].rkey);
+    }
     peer.windows.push_back(std::move(w));
   }
   return peer;

@@ -108,8 +108,9 @@ public:
   //! Queues buffer i (its message was taken) for post_queued(); on a pool,
   //! for the pool's next flush, with its credit.
   void queue_repost(std::uint32_t i) noexcept {
-    if (pool_ != nullptr) [[unlikely]]
+    if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
+    }
     repost_[queued_++] = i;
   }
   //! Buffer i goes back without its credit (the connection failed): to the
@@ -130,7 +131,9 @@ public:
   //! @param posted_now set to how many were posted (all, or those before the refused one)
   [[nodiscard]] std::error_code post_queued(queue_pair_view qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
-    if (queued_ == 0) return detail::no_error();
+    if (queued_ == 0) {
+      return detail::no_error();
+    }
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
     ibv_recv_wr* bad = nullptr;
@@ -142,7 +145,9 @@ public:
       posted_now = n;
     }
     reposted_ += posted_now;
-    for (std::uint32_t k = 0; k < posted_now; ++k) rx_[repost_[k]].posted = true;
+    for (std::uint32_t k = 0; k < posted_now; ++k) {
+      rx_[repost_[k]].posted = true;
+    }
     posted_ += posted_now;
     return ec;
   }
@@ -158,11 +163,15 @@ public:
     const auto i = static_cast<std::uint32_t>(c.wr_id());
     rx_entry& e = rx_[i];
     if (pool_ != nullptr) [[unlikely]] {
-      if (const arrival a = arrived_pooled(c, i); a != arrival::message) return a;
+      if (const arrival a = arrived_pooled(c, i); a != arrival::message) {
+        return a;
+      }
     } else {
       e.posted = false;
       --posted_;
-      if (!c.ok()) return arrival::failed;
+      if (!c.ok()) {
+        return arrival::failed;
+      }
     }
     e.bytes = c.byte_len();
     if (c.opcode() == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -170,7 +179,9 @@ public:
       notes_.push(i);
       return arrival::notification;
     }
-    if (c.has_imm() && serial_after(c.imm(), peer_piggy_)) peer_piggy_ = c.imm();
+    if (c.has_imm() && serial_after(c.imm(), peer_piggy_)) {
+      peer_piggy_ = c.imm();
+    }
     messages_.push(i);
     return arrival::message;
   }
@@ -183,7 +194,12 @@ public:
   [[nodiscard]] const rx_entry& entry(std::uint32_t i) const noexcept { return rx_[i]; }
   //! Records who holds buffer i (a message_view), or nullptr once it is back.
   void lend(std::uint32_t i, void* holder) noexcept {
-    lent_ += (holder != nullptr) - (rx_[i].lent != nullptr);
+    const bool was_lent = rx_[i].lent != nullptr;
+    if (holder != nullptr && !was_lent) {
+      ++lent_;
+    } else if (holder == nullptr && was_lent) {
+      --lent_;
+    }
     rx_[i].lent = holder;
   }
   //! Calls f(holder) for every lent buffer's holder and forgets them all;
@@ -192,7 +208,9 @@ public:
   void recall_all(F&& f) noexcept {
     const std::uint32_t n = pool_ != nullptr ? pool_->size() : depth_;
     for (std::uint32_t i = 0; i < n && lent_ != 0; ++i) {
-      if (pool_ != nullptr && rx_[i].owner != &share_) continue;
+      if (pool_ != nullptr && rx_[i].owner != &share_) {
+        continue;
+      }
       if (void* h = rx_[i].lent) {
         lend(i, nullptr);
         f(h);
@@ -225,10 +243,16 @@ public:
   //! On a pool: every buffer still queued here goes back to it, and the
   //! peer's credits with them (the connection is going).
   void leave_pool() noexcept {
-    if (pool_ == nullptr) return;
+    if (pool_ == nullptr) {
+      return;
+    }
     pool_->retire(share_);
-    while (!messages_.empty()) pool_->queue(messages_.pop(), nullptr);
-    while (!notes_.empty()) pool_->queue(notes_.pop(), nullptr);
+    while (!messages_.empty()) {
+      pool_->queue(messages_.pop(), nullptr);
+    }
+    while (!notes_.empty()) {
+      pool_->queue(notes_.pop(), nullptr);
+    }
   }
   [[nodiscard]] const std::byte* data(std::uint32_t i) const noexcept {
     return base_ + std::size_t{i} * stride_;

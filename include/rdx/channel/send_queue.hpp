@@ -82,8 +82,9 @@ public:
     [[gnu::always_inline]] void raise() noexcept {
       if (!uncovered) {
         uncovered = true;
-        if (first != nullptr) [[unlikely]]
+        if (first != nullptr) [[unlikely]] {
           first(ctx);
+        }
       }
     }
   };
@@ -175,7 +176,9 @@ public:
   //! @return the provider's error, or empty.
   template <class F>
   [[nodiscard]] std::error_code release(F&& unposted) noexcept {
-    if (held_ == 0 || --held_ != 0) return {};
+    if (held_ == 0 || --held_ != 0) {
+      return {};
+    }
     return flush(std::forward<F>(unposted));
   }
 
@@ -183,20 +186,28 @@ public:
   //! wait inside a hold must not wait for requests that never left).
   template <class F>
   [[nodiscard]] std::error_code flush(F&& unposted) noexcept {
-    if (chained_ == 0) return {};
+    if (chained_ == 0) {
+      return {};
+    }
     const std::uint32_t n = std::exchange(chained_, 0);
     std::size_t bad = n;
     ++doorbells_;
     const std::error_code ec = qp_.post_send(std::span<send_wr>(chain_.get(), n), &bad);
-    if (!ec) return {};
+    if (!ec) {
+      return {};
+    }
     const std::uint64_t end = tail_;
     const std::uint64_t first = tail_ - (n - bad);
     for (std::uint64_t s = first; s != end; ++s) {
-      if (ring_[slot(s)].signaled) --signaled_;
+      if (ring_[slot(s)].signaled) {
+        --signaled_;
+      }
     }
     tail_ = first;
     resignal();
-    for (std::uint64_t s = first; s != end; ++s) unposted(ring_[slot(s)], ec);
+    for (std::uint64_t s = first; s != end; ++s) {
+      unposted(ring_[slot(s)], ec);
+    }
     return ec;
   }
 
@@ -211,7 +222,9 @@ public:
   //! zero-length RDMA write (it needs no address or key) when it does not.
   //! @return false when that post failed.
   [[gnu::always_inline]] bool cover() noexcept {
-    if (covered_ == tail_ || tail_ - head_ >= cap_) return true;  // full: its last entry is signaled
+    if (covered_ == tail_ || tail_ - head_ >= cap_) {
+      return true;  // full: its last entry is signaled
+    }
     flat_wr w{};
     return !record(w, nullptr, 0, 0, true);
   }
@@ -219,7 +232,9 @@ public:
   //! Posts a signaled zero-length RDMA write even when covered (a liveness
   //! probe: it fails with retry exceeded when the peer is gone).
   bool probe() noexcept {
-    if (tail_ - head_ >= cap_) return false;
+    if (tail_ - head_ >= cap_) {
+      return false;
+    }
     send_wr w = wr::write(std::span<const ibv_sge>{}, remote_ptr{0, 0});
     return !record(w, nullptr, 0, 0, true);
   }
@@ -236,12 +251,16 @@ public:
         const sq_record r = ring_[slot(head_)];
         ++head_;
         f(r, detail::no_error());
-        if (r.signaled) break;
+        if (r.signaled) {
+          break;
+        }
       }
       return;
     }
     const std::uint64_t seq = c.wr_id() & ~wr_id_tag;
-    if (seq < head_ || seq >= tail_) return;  // not ours, or retired already
+    if (seq < head_ || seq >= tail_) {
+      return;  // not ours, or retired already
+    }
     while (head_ <= seq) {
       const sq_record r = ring_[slot(head_)];
       ++head_;
@@ -273,7 +292,9 @@ public:
   //! Visits the outstanding records (to detach an owner, say).
   template <class F>
   void for_each_outstanding(F&& f) noexcept {
-    for (std::uint64_t s = head_; s != tail_; ++s) f(ring_[slot(s)]);
+    for (std::uint64_t s = head_; s != tail_; ++s) {
+      f(ring_[slot(s)]);
+    }
   }
 
 private:
@@ -304,7 +325,9 @@ private:
   // The last record never reached the NIC: the queue is as before it.
   [[gnu::noinline, gnu::cold]] void take_back() noexcept {
     --tail_;
-    if (ring_[slot(tail_)].signaled) --signaled_;
+    if (ring_[slot(tail_)].signaled) {
+      --signaled_;
+    }
     resignal();
   }
   // The signaling state as it was after the last request that was posted.
@@ -319,7 +342,9 @@ private:
         ++since_signal_;
       }
     }
-    if (covered_ != tail_ && watch_ != nullptr) watch_->raise();
+    if (covered_ != tail_ && watch_ != nullptr) {
+      watch_->raise();
+    }
   }
   [[gnu::always_inline]] static void stamp(send_wr& w, std::uint64_t id, bool sig) noexcept {
     w.id(id);
@@ -339,13 +364,17 @@ private:
       ++signaled_;
     } else {
       ++since_signal_;
-      if (watch_ != nullptr) watch_->raise();
+      if (watch_ != nullptr) {
+        watch_->raise();
+      }
     }
   }
 
   // Held: w goes to the chain for release() (emplace() built it there already).
   [[gnu::noinline]] void hold_back(send_wr& w) noexcept {
-    if (&w != &chain_[chained_]) chain_[chained_] = w;
+    if (&w != &chain_[chained_]) {
+      chain_[chained_] = w;
+    }
     ++chained_;
   }
   // By value: the engine's request need not be in memory on the usual path.

@@ -39,26 +39,46 @@ enum class rights : unsigned { none = 0, read = 1, write = 2, atomic = 4 };
 //! The memory-region access flags that grant exactly r.
 [[nodiscard]] constexpr access to_access(rights r) noexcept {
   access a = access::none;
-  if (has(r, rights::read)) a |= access::remote_read;
-  if (has(r, rights::write)) a |= access::remote_write;
-  if (has(r, rights::atomic)) a |= access::remote_atomic;
+  if (has(r, rights::read)) {
+    a |= access::remote_read;
+  }
+  if (has(r, rights::write)) {
+    a |= access::remote_write;
+  }
+  if (has(r, rights::atomic)) {
+    a |= access::remote_atomic;
+  }
   return a;
 }
 //! The remote rights a memory region's access flags grant.
 [[nodiscard]] constexpr rights remote_rights(access a) noexcept {
   unsigned r = 0;
-  if (has(a, access::remote_read)) r |= static_cast<unsigned>(rights::read);
-  if (has(a, access::remote_write)) r |= static_cast<unsigned>(rights::write);
-  if (has(a, access::remote_atomic)) r |= static_cast<unsigned>(rights::atomic);
+  if (has(a, access::remote_read)) {
+    r |= static_cast<unsigned>(rights::read);
+  }
+  if (has(a, access::remote_write)) {
+    r |= static_cast<unsigned>(rights::write);
+  }
+  if (has(a, access::remote_atomic)) {
+    r |= static_cast<unsigned>(rights::atomic);
+  }
   return static_cast<rights>(r);
 }
 //! The rights in words: "read", "write|atomic", ..., or "none".
 [[nodiscard]] inline std::string to_string(rights r) {
-  if (r == rights::none) return "none";
+  if (r == rights::none) {
+    return "none";
+  }
   std::string s;
-  if (has(r, rights::read)) s += "read|";
-  if (has(r, rights::write)) s += "write|";
-  if (has(r, rights::atomic)) s += "atomic|";
+  if (has(r, rights::read)) {
+    s += "read|";
+  }
+  if (has(r, rights::write)) {
+    s += "write|";
+  }
+  if (has(r, rights::atomic)) {
+    s += "atomic|";
+  }
   s.pop_back();
   return s;
 }
@@ -73,8 +93,9 @@ public:
   local_span() = default;
   //! All of a registered buffer.
   template <class U>
+  // NOLINTNEXTLINE(google-explicit-constructor): a registered_buffer is passed where a local_span is taken.
   requires std::is_same_v<std::remove_const_t<T>, U> local_span(const registered_buffer<U>& b)
-  noexcept : data_(b.data()), size_(b.size()), lkey_(b.lkey()) {}  // NOLINT
+  noexcept : data_(b.data()), size_(b.size()), lkey_(b.lkey()) {}
   //! Part of a memory region. @throws rdx::error (errc::out_of_range) when s is not inside mr.
   local_span(const memory_region& mr, std::span<T> s) : data_(s.data()), size_(s.size()), lkey_(mr.lkey()) {
     const auto base = reinterpret_cast<std::uintptr_t>(mr.addr());
@@ -85,14 +106,18 @@ public:
     }
   }
   //! A const view of the same memory.
-  operator local_span<const T>() const noexcept  // NOLINT
+  operator local_span<const T>() const noexcept  // NOLINT(google-explicit-constructor): T passes as const T
       requires(!std::is_const_v<T>) {
     return local_span<const T>(data_, size_, lkey_);
   }
   //! Elements [offset, offset + count), clamped to the span.
   [[nodiscard]] local_span subspan(std::size_t offset, std::size_t count) const noexcept {
-    if (offset > size_) offset = size_;
-    if (count > size_ - offset) count = size_ - offset;
+    if (offset > size_) {
+      offset = size_;
+    }
+    if (count > size_ - offset) {
+      count = size_ - offset;
+    }
     return local_span(data_ + offset, count, lkey_);
   }
   //! The first element.
@@ -172,6 +197,8 @@ public:
   //! All of a registered buffer.
   grant(connection& c, const registered_buffer<T>& b, grant_options opt = {})
       : grant(c, b.region(), std::span<T>(const_cast<T*>(b.data()), b.size()), opt) {}
+  grant(const grant&) = delete;
+  grant& operator=(const grant&) = delete;
   //! Takes over o's keys and its place in the connection's list; o is left revoked, owning
   //! nothing.
   grant(grant&&) noexcept = default;
@@ -204,7 +231,9 @@ public:
 private:
   static const memory_region& checked(const memory_region& mr, std::span<T> s) {
     static_assert(R != rights::none, "a grant gives the peer at least one right");
-    if (s.empty()) detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+    if (s.empty()) {
+      detail::throw_rdx(errc::invalid_argument, "grant: zero elements");
+    }
     (void)local_span<T>(mr, s);  // errc::out_of_range when s is not inside mr
     if (remote_rights(mr.rights()) != rights::none) {
       detail::throw_rdx(errc::invalid_argument,
@@ -241,19 +270,29 @@ public:
     auto bad = [](const std::string& what) {
       detail::throw_rdx(errc::invalid_argument, "remote_window: " + what);
     };
-    if (!has(d.granted, R))
+    if (!has(d.granted, R)) {
       bad("the peer granted " + to_string(d.granted) + ", this window needs " + to_string(R));
+    }
     if (d.element_size != sizeof(T)) {
       bad("the peer's elements are " + std::to_string(d.element_size) + " bytes, T is " +
           std::to_string(sizeof(T)));
     }
-    if (d.memory.addr % alignof(T) != 0) bad("the peer's address is not aligned for T");
-    if (has(R, rights::atomic) && d.memory.addr % 8 != 0) bad("atomic windows need 8-byte aligned addresses");
-    if (d.memory.length % sizeof(T) != 0) bad("the peer's length is not a whole number of elements");
-    if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr)
+    if (d.memory.addr % alignof(T) != 0) {
+      bad("the peer's address is not aligned for T");
+    }
+    if (has(R, rights::atomic) && d.memory.addr % 8 != 0) {
+      bad("atomic windows need 8-byte aligned addresses");
+    }
+    if (d.memory.length % sizeof(T) != 0) {
+      bad("the peer's length is not a whole number of elements");
+    }
+    if (d.memory.length != 0 && d.memory.length - 1 > UINT64_MAX - d.memory.addr) {
       bad("the peer's range wraps");
+    }
     if (!d.keys.empty()) {
-      if (d.keys[0] != d.memory.rkey) bad("the peer's key for queue pair 0 differs from its memory key");
+      if (d.keys[0] != d.memory.rkey) {
+        bad("the peer's key for queue pair 0 differs from its memory key");
+      }
       window_ = detail::start_access::of(c).add_peer_window(d.keys);
     }
     count_ = d.memory.length / sizeof(T);
@@ -270,8 +309,12 @@ public:
   //! @return empty; errc::invalid_argument for zero elements; errc::out_of_range
   //! past the end (without overflow, however large the numbers).
   [[nodiscard]] std::error_code check(std::size_t offset, std::size_t count) const noexcept {
-    if (count == 0) return make_error_code(errc::invalid_argument);
-    if (offset > count_ || count > count_ - offset) return make_error_code(errc::out_of_range);
+    if (count == 0) {
+      return make_error_code(errc::invalid_argument);
+    }
+    if (offset > count_ || count > count_ - offset) {
+      return make_error_code(errc::out_of_range);
+    }
     return detail::no_error();
   }
 

@@ -86,7 +86,9 @@ public:
   //! After fd() was readable: takes every completion event and the stop
   //! wake-up (non-blocking; nothing waiting is fine).
   void ack_events() noexcept {
-    if (core_) core_->ack_events();
+    if (core_) {
+      core_->ack_events();
+    }
   }
 
   //! Event mode: wait() also wakes when `fd` is readable (an acceptor's
@@ -94,7 +96,9 @@ public:
   //! watch(fd, false). The worker reads nothing from it: the caller handles
   //! it after wait() returns. Without events it does nothing.
   void watch(int fd, bool on = true) noexcept {
-    if (core_) core_->watch_fd(fd, on, detail::worker_core::foreign_fd());
+    if (core_) {
+      core_->watch_fd(fd, on, detail::worker_core::foreign_fd());
+    }
   }
 
   //! Connections attached now.

@@ -69,12 +69,19 @@ public:
   acceptor(worker& w, const protection_domain& pd, listener l, const connection_attr& attr,
            acceptor_options o = {}, prepare_fn prepare = {})
       : w_(&w), pd_(&pd), l_(std::move(l)), attr_(attr), o_(o), prepare_(std::move(prepare)) {
-    if (!w) rdx::detail::throw_rdx(errc::invalid_argument, "cm::acceptor: the worker is empty (moved from)");
-    if (l_.fd() < 0)
+    if (!w) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "cm::acceptor: the worker is empty (moved from)");
+    }
+    if (l_.fd() < 0) {
       rdx::detail::throw_rdx(errc::invalid_argument, "cm::acceptor: the listener is empty (moved from)");
-    if (o_.max_pending == 0) rdx::detail::throw_rdx(errc::invalid_argument, "cm::acceptor: max_pending is 0");
+    }
+    if (o_.max_pending == 0) {
+      rdx::detail::throw_rdx(errc::invalid_argument, "cm::acceptor: max_pending is 0");
+    }
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) rdx::detail::throw_errno("epoll_create1", "cm::acceptor", errno);
+    if (ep_ < 0) {
+      rdx::detail::throw_errno("epoll_create1", "cm::acceptor", errno);
+    }
     listen_while_room();
   }
   //! Takes o's listener and set-ups; o is left to be destroyed.
@@ -95,7 +102,9 @@ public:
   acceptor(const acceptor&) = delete;
   acceptor& operator=(const acceptor&) = delete;
   ~acceptor() {
-    if (ep_ >= 0) ::close(ep_);
+    if (ep_ >= 0) {
+      ::close(ep_);
+    }
   }
 
   //! A descriptor readable when a request arrives or a set-up has an event
@@ -120,8 +129,12 @@ public:
   //! @throws rdx::error only for the acceptor's own failure (its epoll
   //! descriptor, its listener's event channel); a client's failure is an accepted.
   [[nodiscard]] std::optional<accepted> poll() {
-    if (done_.empty()) step();
-    if (done_.empty()) return std::nullopt;
+    if (done_.empty()) {
+      step();
+    }
+    if (done_.empty()) {
+      return std::nullopt;
+    }
     accepted a = std::move(done_.front());
     done_.pop_front();
     return a;
@@ -149,7 +162,9 @@ private:
   void step() {
     epoll_event ev[64];
     const int n = ::epoll_wait(ep_, ev, 64, 0);
-    if (n < 0 && errno != EINTR) rdx::detail::throw_errno("epoll_wait", "cm::acceptor", errno);
+    if (n < 0 && errno != EINTR) {
+      rdx::detail::throw_errno("epoll_wait", "cm::acceptor", errno);
+    }
     bool listener_ready = more_ || clock::now() >= sweep_at_;
     for (int i = 0; i < n; ++i) {
       if (ev[i].data.ptr == nullptr) {
@@ -158,7 +173,9 @@ private:
         advance(*static_cast<setup*>(ev[i].data.ptr));
       }
     }
-    if (listener_ready) take_requests();
+    if (listener_ready) {
+      take_requests();
+    }
     expire();
     listen_while_room();
   }
@@ -167,10 +184,14 @@ private:
   // can start, so a full acceptor is not woken again and again by it.
   void listen_while_room() noexcept {
     const bool room = setups_.size() < o_.max_pending;
-    if (room == listening_) return;
+    if (room == listening_) {
+      return;
+    }
     watch(l_.fd(), room ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, nullptr);
     listening_ = room;
-    if (room) more_ = true;  // the listener may hold requests already read from its channel
+    if (room) {
+      more_ = true;  // the listener may hold requests already read from its channel
+    }
   }
 
   void take_requests() {
@@ -178,7 +199,9 @@ private:
     sweep_at_ = clock::now() + sweep;
     while (setups_.size() < o_.max_pending) {
       std::optional<request> r = l_.next(std::chrono::milliseconds{0});
-      if (!r) return;
+      if (!r) {
+        return;
+      }
       start(std::move(*r));
     }
   }
@@ -194,7 +217,9 @@ private:
       std::vector<window_descriptor> grants;
       try {
         s.conn = std::make_unique<connection>(*w_, *pd_, attr_);
-        if (prepare_) grants = prepare_(*s.conn, s.peer);
+        if (prepare_) {
+          grants = prepare_(*s.conn, s.peer);
+        }
       } catch (const std::exception& e) {
         r.reject(reject_reason::failed, e.what());  // the client reads why
         throw error(code_of(e), "cm::acceptor: set-up of " + s.peer + ": " + e.what());
@@ -210,7 +235,9 @@ private:
 
   void advance(setup& s) {
     try {
-      if (!s.acc->take()) return;
+      if (!s.acc->take()) {
+        return;
+      }
       // Out of this epoll set before the channel becomes the link, which the worker watches.
       watch(s.acc->fd(), EPOLL_CTL_DEL, nullptr);
       accepted a;
@@ -230,7 +257,9 @@ private:
     a.error = code_of(e);
     a.message = e.what();
     a.conn = std::move(s.conn);
-    if (s.acc) watch(s.acc->fd(), EPOLL_CTL_DEL, nullptr);
+    if (s.acc) {
+      watch(s.acc->fd(), EPOLL_CTL_DEL, nullptr);
+    }
     done_.push_back(std::move(a));
     setups_.erase(s.self);  // destroys the request's ids: the client hears it at once
   }
@@ -239,7 +268,9 @@ private:
     const auto now = clock::now();
     for (auto it = setups_.begin(); it != setups_.end();) {
       setup& s = *it++;
-      if (now < s.deadline) continue;
+      if (now < s.deadline) {
+        continue;
+      }
       const error e(errc::timed_out,
                     "cm::acceptor: set-up of " + s.peer + ": " + std::to_string(s.acc->established()) +
                         " of " + std::to_string(s.acc->queue_pairs()) + " queue pairs ESTABLISHED within " +

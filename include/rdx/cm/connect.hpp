@@ -136,7 +136,9 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
   rdx::detail::check_connect_options(o.qp);
   detail::check_grants("cm::connect", c, grants, message_kind::request);
   const std::uint32_t k = c.queue_pair_count();
-  if (k > max_queue_pairs) throw error(errc::invalid_argument, "cm::connect: more than 64 queue pairs");
+  if (k > max_queue_pairs) {
+    throw error(errc::invalid_argument, "cm::connect: more than 64 queue pairs");
+  }
   return detail::retry_while_refused(o, [&](const options& attempt) {
     std::uint32_t tag = 0;
     rdx::detail::os_random(&tag, sizeof tag);
@@ -165,12 +167,16 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
                                            std::to_string(h.qp_count) + " with another tag or count");
       }
       qpns.push_back(replies[i].qp_num);
-      if (i > 0) keys.push_back(h.keys);
+      if (i > 0) {
+        keys.push_back(h.keys);
+      }
       got.push_back(std::move(h));
     }
     std::string why;
     detail::check_settings(c, got[0], d.peer(), why);
-    if (!why.empty()) throw error(errc::invalid_argument, "cm::connect: " + why);
+    if (!why.empty()) {
+      throw error(errc::invalid_argument, "cm::connect: " + why);
+    }
     peer_offer offer = detail::offer_of(got[0], keys, qpns, d.peer());
     rdx::detail::engine& e = rdx::detail::start_access::of(c);
     e.connect_with(offer.info, attempt.qp, [&](std::size_t i, queue_pair& qp, const connect_options& oo) {
@@ -185,7 +191,9 @@ namespace detail {
 
 inline std::vector<rdma_cm_id*> ids_of(const request& r) {
   std::vector<rdma_cm_id*> v;
-  for (std::uint32_t i = 0; i < r.queue_pairs(); ++i) v.push_back(r.native_handle(i));
+  for (std::uint32_t i = 0; i < r.queue_pairs(); ++i) {
+    v.push_back(r.native_handle(i));
+  }
   return v;
 }
 
@@ -217,11 +225,14 @@ public:
     }
     std::string why;
     check_settings(c, *req_.rdx(), req_.peer(), why);
-    if (!why.empty()) refuse(req_, reject_reason::settings, errc::invalid_argument, why);
+    if (!why.empty()) {
+      refuse(req_, reject_reason::settings, errc::invalid_argument, why);
+    }
     try {
       offer_ = offer_of(*req_.rdx(), req_.keys_, req_.peer_qpns_, req_.peer());
-      for (std::size_t i = 0; i < req_.ids_.size(); ++i)
+      for (std::size_t i = 0; i < req_.ids_.size(); ++i) {
         check_qp_for(req_.ids_[i].native_handle(), c.qp(i), req_.peer());
+      }
     } catch (const error& x) {
       refuse(req_, reject_reason::failed,
              x.code() == errc::wire_format ? errc::wire_format : errc::invalid_argument, x.what());
@@ -251,7 +262,9 @@ public:
   bool take() {
     while (!gate_.done()) {
       std::optional<event> e = req_.ch_.try_next();
-      if (!e) return false;
+      if (!e) {
+        return false;
+      }
       (void)gate_.take(std::move(*e));
     }
     return true;

@@ -85,7 +85,9 @@ public:
     rdma_cm_event* e = nullptr;
     if (::rdma_get_cm_event(ch_, &e) != 0) {
       const int err = errno;
-      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return std::nullopt;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+        return std::nullopt;
+      }
       throw error(std::error_code(err, std::generic_category()), "rdma_get_cm_event");
     }
     event out;
@@ -112,9 +114,13 @@ public:
   //! Waits for the next event until deadline. @return nullopt at the deadline.
   [[nodiscard]] std::optional<event> next(clock::time_point deadline) {
     for (;;) {
-      if (auto e = try_next()) return e;
+      if (auto e = try_next()) {
+        return e;
+      }
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()).count();
-      if (left <= 0) return std::nullopt;
+      if (left <= 0) {
+        return std::nullopt;
+      }
       pollfd p{ch_->fd, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30))) < 0 && errno != EINTR) {
         throw error(std::error_code(errno, std::generic_category()), "poll on an rdma_cm event channel");
@@ -124,7 +130,9 @@ public:
 
 private:
   void reset() noexcept {
-    if (ch_ != nullptr) ::rdma_destroy_event_channel(ch_);
+    if (ch_ != nullptr) {
+      ::rdma_destroy_event_channel(ch_);
+    }
     ch_ = nullptr;
   }
   rdma_event_channel* ch_ = nullptr;

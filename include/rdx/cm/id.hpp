@@ -41,7 +41,8 @@ inline sockaddr_storage resolve_host(std::string_view host, std::uint16_t port, 
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* res = nullptr;
-  const std::string h(host), service = std::to_string(port);
+  const std::string h(host);
+  const std::string service = std::to_string(port);
   if (const int rc = ::getaddrinfo(h.empty() ? nullptr : h.c_str(), service.c_str(), &hints, &res); rc != 0) {
     throw error(errc::address_error,
                 "rdma_cm: cannot resolve " + host_port(host, port) + ": " + ::gai_strerror(rc));
@@ -74,7 +75,9 @@ public:
   }
   //! Takes ownership of an id librdmacm made (a CONNECT_REQUEST's). @throws on nullptr.
   [[nodiscard]] static id from_native_handle(rdma_cm_id* h) {
-    if (h == nullptr) throw error(errc::invalid_argument, "cm::id::from_native_handle: nullptr");
+    if (h == nullptr) {
+      throw error(errc::invalid_argument, "cm::id::from_native_handle: nullptr");
+    }
     id i;
     i.h_ = h;
     return i;
@@ -113,12 +116,16 @@ public:
 
   //! Moves the id (and its future events) to another channel. @throws rdx::error.
   void migrate(event_channel& to) {
-    if (::rdma_migrate_id(h_, to.native_handle()) != 0) detail::fail_errno("rdma_migrate_id");
+    if (::rdma_migrate_id(h_, to.native_handle()) != 0) {
+      detail::fail_errno("rdma_migrate_id");
+    }
   }
 
 private:
   void reset() noexcept {
-    if (h_ != nullptr) (void)::rdma_destroy_id(h_);
+    if (h_ != nullptr) {
+      (void)::rdma_destroy_id(h_);
+    }
     h_ = nullptr;
   }
   rdma_cm_id* h_ = nullptr;

@@ -53,7 +53,9 @@ namespace detail {
 //! seen last, "nothing listens on that port"), not a bare timeout.
 template <class F>
 auto retry_while_refused(const options& o, F&& attempt) {
-  if (!o.wait_for_listener) return attempt(o);
+  if (!o.wait_for_listener) {
+    return attempt(o);
+  }
   constexpr std::chrono::milliseconds pause{200};
   const auto deadline = clock::now() + o.timeout;
   std::optional<error> refused;
@@ -64,10 +66,16 @@ auto retry_while_refused(const options& o, F&& attempt) {
     try {
       return attempt(left);
     } catch (const error& e) {
-      if (e.code() == make_error_code(errc::timed_out) && refused) throw *refused;
-      if (e.code() != std::errc::connection_refused) throw;
+      if (e.code() == make_error_code(errc::timed_out) && refused) {
+        throw error(*refused);
+      }
+      if (e.code() != std::errc::connection_refused) {
+        throw;
+      }
       refused = e;
-      if (clock::now() + 2 * pause >= deadline) throw;
+      if (clock::now() + 2 * pause >= deadline) {
+        throw;
+      }
     }
     std::this_thread::sleep_for(pause);
   }
@@ -76,7 +84,9 @@ auto retry_while_refused(const options& o, F&& attempt) {
 //! What both sides offer for reads and atomics: min(device, 16).
 inline std::uint8_t rd_atomic_of(rdma_cm_id* id) {
   ibv_device_attr a{};
-  if (id->verbs == nullptr || ::ibv_query_device(id->verbs, &a) != 0) return 1;
+  if (id->verbs == nullptr || ::ibv_query_device(id->verbs, &a) != 0) {
+    return 1;
+  }
   return static_cast<std::uint8_t>(std::clamp(std::min(a.max_qp_rd_atom, a.max_qp_init_rd_atom), 1, 16));
 }
 
@@ -125,7 +135,9 @@ inline void connect_qp(rdma_cm_id* id, queue_pair& qp, const connect_options& o)
     ibv_qp_attr a{};
     a.qp_state = s;
     mask = 0;
-    if (::rdma_init_qp_attr(id, &a, &mask) != 0) fail_errno("rdma_init_qp_attr");
+    if (::rdma_init_qp_attr(id, &a, &mask) != 0) {
+      fail_errno("rdma_init_qp_attr");
+    }
     return a;
   };
   int mask = 0;
@@ -157,6 +169,8 @@ public:
   //! and the private data it sent; cm::connect and listener::accept build links.
   link(event_channel ch, std::vector<id> ids, std::string peer, std::vector<std::byte> peer_data)
       : ch_(std::move(ch)), ids_(std::move(ids)), peer_(std::move(peer)), peer_data_(std::move(peer_data)) {}
+  link(const link&) = delete;
+  link& operator=(const link&) = delete;
   //! Takes o's ids and channel; o is left with none.
   link(link&&) noexcept = default;
   //! Disconnects and destroys this link's ids, then takes o's.
@@ -198,7 +212,9 @@ public:
   //! empty.
   [[nodiscard]] std::error_code poll() noexcept override {
     try {
-      while (auto e = ch_.try_next()) note(*e);
+      while (auto e = ch_.try_next()) {
+        note(*e);
+      }
     } catch (const error& x) {
       return x.code();
     }
@@ -209,7 +225,9 @@ public:
   bool wait_disconnected(clock::time_point deadline) {
     while (!gone_) {
       std::optional<event> e = ch_.next(deadline);
-      if (!e) return false;
+      if (!e) {
+        return false;
+      }
       note(*e);
     }
     return true;
@@ -217,10 +235,14 @@ public:
 
   //! Tells the peer this side is going (rdma_disconnect on every id): once, never throws.
   void disconnect() noexcept override {
-    if (said_) return;
+    if (said_) {
+      return;
+    }
     said_ = true;
     for (auto& i : ids_) {
-      if (i) (void)::rdma_disconnect(i.native_handle());
+      if (i) {
+        (void)::rdma_disconnect(i.native_handle());
+      }
     }
   }
 
@@ -249,10 +271,14 @@ public:
       : peer_(host_port(host, port)), budget_(o.timeout), deadline_(clock::now() + o.timeout) {
     const sockaddr_storage to = resolve_host(host, port, false);
     const int ms = static_cast<int>(std::max<long long>(1, o.timeout.count()));
-    for (std::size_t i = 0; i < k; ++i) ids_.emplace_back(ch_);
+    for (std::size_t i = 0; i < k; ++i) {
+      ids_.emplace_back(ch_);
+    }
     resolve_addresses(to);
     for (auto& i : ids_) {
-      if (::rdma_resolve_route(i.native_handle(), ms) != 0) fail_errno("rdma_resolve_route for " + peer_);
+      if (::rdma_resolve_route(i.native_handle(), ms) != 0) {
+        fail_errno("rdma_resolve_route for " + peer_);
+      }
     }
     (void)await(RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route");
   }
@@ -276,7 +302,9 @@ public:
   //! hands over the ids.
   link establish(std::vector<std::byte> reply) {
     for (auto& i : ids_) {
-      if (::rdma_establish(i.native_handle()) != 0) fail_errno("rdma_establish with " + peer_);
+      if (::rdma_establish(i.native_handle()) != 0) {
+        fail_errno("rdma_establish with " + peer_);
+      }
     }
     return link(std::move(ch_), std::move(ids_), peer_, std::move(reply));
   }
@@ -284,7 +312,9 @@ public:
 private:
   std::vector<event> await(rdma_cm_event_type want, std::string_view step) {
     std::vector<rdma_cm_id*> raw;
-    for (auto& i : ids_) raw.push_back(i.native_handle());
+    for (auto& i : ids_) {
+      raw.push_back(i.native_handle());
+    }
     return await_all(ch_, raw, want, deadline_, peer_, step, budget_);
   }
 
@@ -318,14 +348,20 @@ private:
     };
     while (!pending.empty()) {
       std::optional<event> e = ch_.next(deadline_);
-      if (!e) throw timed_out();
+      if (!e) {
+        throw timed_out();
+      }
       const auto it = std::find(pending.begin(), pending.end(), e->id);
-      if (it == pending.end()) continue;  // an id resolved already, or not this dialer's
+      if (it == pending.end()) {
+        continue;  // an id resolved already, or not this dialer's
+      }
       if (e->type == RDMA_CM_EVENT_ADDR_RESOLVED) {
         pending.erase(it);
       } else if (e->type == RDMA_CM_EVENT_ADDR_ERROR && e->status == -ETIMEDOUT) {
         // The last try ends at the deadline: the same error as no event at all.
-        if (clock::now() >= deadline_) throw timed_out();
+        if (clock::now() >= deadline_) {
+          throw timed_out();
+        }
         start(*it);  // no address within this try: again
       } else if (e->type != RDMA_CM_EVENT_TIMEWAIT_EXIT) {
         throw event_failure(*e, peer_, "resolving the address");

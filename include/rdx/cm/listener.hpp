@@ -43,13 +43,16 @@ class pending_accept;
 //! of any peer) or reject(); a request destroyed unanswered is rejected.
 class request {
 public:
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
   //! Takes o's ids and what the peer sent; o is left empty (its destructor rejects nothing).
   request(request&&) noexcept = default;
   //! Takes o's ids and what the peer sent; this request's own ids are destroyed without a reject.
   request& operator=(request&&) noexcept = default;
   ~request() {
-    if (!ids_.empty() && !answered_)
+    if (!ids_.empty() && !answered_) {
       reject(reject_reason::refused, "the server did not accept the connection");
+    }
     ids_.clear();
   }
 
@@ -97,8 +100,9 @@ public:
   void reject(reject_reason why, std::string_view text) noexcept {
     answered_ = true;
     const std::vector<std::byte> pd = encode_rejection(why, text);
-    for (auto& i : ids_)
+    for (auto& i : ids_) {
       (void)::rdma_reject(i.native_handle(), pd.data(), static_cast<std::uint8_t>(pd.size()));
+    }
   }
 
 private:
@@ -109,11 +113,15 @@ private:
   void send_accept(std::size_t i, const queue_pair& qp, std::span<const std::byte> pd,
                    const connect_options& o) {
     rdma_conn_param p = detail::conn_param_for(ids_[i].native_handle(), qp, pd, o);
-    if (::rdma_accept(ids_[i].native_handle(), &p) != 0) detail::fail_errno("rdma_accept for " + peer_);
+    if (::rdma_accept(ids_[i].native_handle(), &p) != 0) {
+      detail::fail_errno("rdma_accept for " + peer_);
+    }
   }
   link established(clock::time_point deadline, std::chrono::milliseconds budget) {
     std::vector<rdma_cm_id*> raw;
-    for (auto& i : ids_) raw.push_back(i.native_handle());
+    for (auto& i : ids_) {
+      raw.push_back(i.native_handle());
+    }
     (void)detail::await_all(ch_, raw, RDMA_CM_EVENT_ESTABLISHED, deadline, peer_, "accepting", budget);
     return into_link();
   }
@@ -189,10 +197,14 @@ public:
       }
       std::optional<event> e = ch_.next(std::min(deadline, next_expiry()));
       if (!e) {
-        if (clock::now() >= deadline) return std::nullopt;
+        if (clock::now() >= deadline) {
+          return std::nullopt;
+        }
         continue;
       }
-      if (e->type == RDMA_CM_EVENT_CONNECT_REQUEST) arrived(std::move(*e));
+      if (e->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        arrived(std::move(*e));
+      }
       // Other events are about ids still waiting for their group (their
       // peer gave up: the group expires) or of the listening id itself.
     }
@@ -257,7 +269,9 @@ private:
     g->parts[index].emplace(part{std::move(child), std::move(e), std::move(h)});
     if (std::all_of(g->parts.begin(), g->parts.end(), [](const auto& p) { return p.has_value(); })) {
       std::vector<part> ps;
-      for (auto& p : g->parts) ps.push_back(std::move(*p));
+      for (auto& p : g->parts) {
+        ps.push_back(std::move(*p));
+      }
       groups_.erase(g);
       const std::string first = ps[0].id_.peer();
       ready_.push_back(make_request(std::move(ps), first));
@@ -270,7 +284,7 @@ private:
     return v;
   }
 
-  request make_request(std::vector<part> ps, const std::string& peer) {
+  static request make_request(std::vector<part> ps, const std::string& peer) {
     request r;
     r.peer_ = peer;
     r.data_ = ps[0].ev.private_data;
@@ -278,7 +292,9 @@ private:
     for (auto& p : ps) {
       p.id_.migrate(r.ch_);
       r.peer_qpns_.push_back(p.ev.qp_num);
-      if (r.hello_ && !r.ids_.empty()) r.keys_.push_back(std::move(p.h->keys));
+      if (r.hello_ && !r.ids_.empty()) {
+        r.keys_.push_back(std::move(p.h->keys));
+      }
       r.ids_.push_back(std::move(p.id_));
     }
     return r;
@@ -291,7 +307,9 @@ private:
         continue;
       }
       std::size_t have = 0;
-      for (auto& p : g->parts) have += p.has_value() ? 1 : 0;
+      for (auto& p : g->parts) {
+        have += p.has_value() ? 1 : 0;
+      }
       for (auto& p : g->parts) {
         if (p) {
           refuse(p->id_, p->id_.peer(), reject_reason::incomplete,
@@ -304,7 +322,9 @@ private:
   }
   [[nodiscard]] clock::time_point next_expiry() const noexcept {
     auto t = clock::time_point::max();
-    for (const auto& g : groups_) t = std::min(t, g.since + opt_.group_timeout);
+    for (const auto& g : groups_) {
+      t = std::min(t, g.since + opt_.group_timeout);
+    }
     return t;
   }
 

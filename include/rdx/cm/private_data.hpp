@@ -130,8 +130,9 @@ inline const char* kind_name(message_kind k) noexcept {
 // One check for both directions: encode refuses what decode refuses.
 inline void check_hello(const hello& h, errc code) {
   const char* k = kind_name(h.kind);
-  if (h.kind != message_kind::request && h.kind != message_kind::reply)
+  if (h.kind != message_kind::request && h.kind != message_kind::reply) {
     pd_fail(code, k, "not a request or reply");
+  }
   if (h.qp_count < 1 || h.qp_count > max_queue_pairs) {
     pd_fail(code, k,
             std::to_string(h.qp_count) + " queue pairs, need 1 to " + std::to_string(max_queue_pairs));
@@ -141,10 +142,18 @@ inline void check_hello(const hello& h, errc code) {
   }
   const std::size_t cap = capacity_of(h.kind);
   if (h.qp_index == 0) {
-    if (h.recv_depth == 0) pd_fail(code, k, "recv_depth 0");
-    if (h.message_size == 0) pd_fail(code, k, "message_size 0");
-    if (h.credit_addr % 8 != 0) pd_fail(code, k, "the credit word is not 8-aligned");
-    if (!h.keys.empty()) pd_fail(code, k, "queue pair 0 carries the window table, not a key list");
+    if (h.recv_depth == 0) {
+      pd_fail(code, k, "recv_depth 0");
+    }
+    if (h.message_size == 0) {
+      pd_fail(code, k, "message_size 0");
+    }
+    if (h.credit_addr % 8 != 0) {
+      pd_fail(code, k, "the credit word is not 8-aligned");
+    }
+    if (!h.keys.empty()) {
+      pd_fail(code, k, "queue pair 0 carries the window table, not a key list");
+    }
     if (h.windows.size() > max_windows(h.kind)) {
       pd_fail(code, k,
               std::to_string(h.windows.size()) + " windows, at most " + std::to_string(max_windows(h.kind)) +
@@ -157,7 +166,9 @@ inline void check_hello(const hello& h, errc code) {
                 "window " + std::to_string(i) + " has rights " + std::to_string(w.rights) +
                     " (known: read 1, write 2, atomic 4)");
       }
-      if (w.element_size == 0) pd_fail(code, k, "window " + std::to_string(i) + " has element size 0");
+      if (w.element_size == 0) {
+        pd_fail(code, k, "window " + std::to_string(i) + " has element size 0");
+      }
       if (w.length % w.element_size != 0) {
         pd_fail(code, k,
                 "window " + std::to_string(i) + " is " + std::to_string(w.length) +
@@ -212,7 +223,9 @@ inline void check_hello(const hello& h, errc code) {
     }
   } else {
     p[12] = std::byte{static_cast<std::uint8_t>(h.keys.size())};
-    for (std::size_t i = 0; i < h.keys.size(); ++i) put32(p + 13 + 4 * i, h.keys[i]);
+    for (std::size_t i = 0; i < h.keys.size(); ++i) {
+      put32(p + 13 + 4 * i, h.keys[i]);
+    }
   }
   return out;
 }
@@ -246,13 +259,17 @@ inline void check_hello(const hello& h, errc code) {
   }
   hello h;
   h.kind = static_cast<message_kind>(std::to_integer<std::uint8_t>(b[5]));
-  if (h.kind != want) fail("kind " + std::to_string(std::to_integer<unsigned>(b[5])) + " arrived instead");
+  if (h.kind != want) {
+    fail("kind " + std::to_string(std::to_integer<unsigned>(b[5])) + " arrived instead");
+  }
   h.qp_index = std::to_integer<std::uint8_t>(b[6]);
   h.qp_count = std::to_integer<std::uint8_t>(b[7]);
   h.tag = get32(b.data() + 8);
   std::size_t used = hello_header_size;
   if (h.qp_index == 0) {
-    if (b.size() < hello_first_size) fail("truncated: " + std::to_string(b.size()) + " bytes");
+    if (b.size() < hello_first_size) {
+      fail("truncated: " + std::to_string(b.size()) + " bytes");
+    }
     h.recv_depth = get32(b.data() + 12);
     h.message_size = get32(b.data() + 16);
     h.credit_key = get32(b.data() + 20);
@@ -268,15 +285,22 @@ inline void check_hello(const hello& h, errc code) {
           {get64(w), get64(w + 8), get32(w + 16), std::to_integer<std::uint8_t>(w[20]), get16(w + 21)});
     }
   } else {
-    if (b.size() < hello_header_size + 1) fail("truncated: " + std::to_string(b.size()) + " bytes");
+    if (b.size() < hello_header_size + 1) {
+      fail("truncated: " + std::to_string(b.size()) + " bytes");
+    }
     const auto n = std::to_integer<std::size_t>(b[12]);
     used = hello_header_size + 1 + 4 * n;
-    if (used > b.size())
+    if (used > b.size()) {
       fail(std::to_string(n) + " keys do not fit in " + std::to_string(b.size()) + " bytes");
-    for (std::size_t i = 0; i < n; ++i) h.keys.push_back(get32(b.data() + 13 + 4 * i));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      h.keys.push_back(get32(b.data() + 13 + 4 * i));
+    }
   }
   for (std::size_t i = used; i < b.size(); ++i) {
-    if (b[i] != std::byte{0}) fail("byte " + std::to_string(i) + " after the content is not zero");
+    if (b[i] != std::byte{0}) {
+      fail("byte " + std::to_string(i) + " after the content is not zero");
+    }
   }
   detail::check_hello(h, errc::wire_format);
   return h;
@@ -291,7 +315,9 @@ inline void check_hello(const hello& h, errc code) {
   out[6] = std::byte{static_cast<std::uint8_t>(why)};
   const std::size_t n = std::min(text.size(), reject_capacity - 8);
   out[7] = std::byte{static_cast<std::uint8_t>(n)};
-  for (std::size_t i = 0; i < n; ++i) out[8 + i] = static_cast<std::byte>(text[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[8 + i] = static_cast<std::byte>(text[i]);
+  }
   return out;
 }
 

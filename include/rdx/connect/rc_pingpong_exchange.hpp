@@ -58,11 +58,14 @@ namespace detail {
 inline std::string printable(std::span<const char> in) {
   std::string s;
   for (char c : in) {
-    if (c == '\0') break;
-    if (c >= 0x20 && c < 0x7f)
+    if (c == '\0') {
+      break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
       s += c;
-    else
+    } else {
       s += '?';
+    }
   }
   return s;
 }
@@ -73,8 +76,9 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
   message_t in{};
   auto bytes = std::as_writable_bytes(std::span(in));
   s.recv_exact(bytes.first(4), deadline, "receive address (ibv_rc_pingpong format)");
-  if (std::memcmp(in.data(), "RDXE", 4) == 0)
+  if (std::memcmp(in.data(), "RDXE", 4) == 0) {
     fail("the peer speaks rdx's own wire format (run both sides with --rc-compat, or neither)");
+  }
   s.recv_exact(bytes.subspan(4), deadline, "receive address (ibv_rc_pingpong format)");
   return in;
 }
@@ -83,9 +87,10 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! Formats an endpoint as ibv_rc_pingpong's address message.
 //! @throws rdx::error (errc::invalid_argument) when the QP number or PSN does not fit in 24 bits.
 [[nodiscard]] inline message_t format(const endpoint& ep) {
-  if (ep.qpn > 0xffffffu || ep.psn > 0xffffffu)
+  if (ep.qpn > 0xffffffu || ep.psn > 0xffffffu) {
     throw error(errc::invalid_argument,
                 "ibv_rc_pingpong address message: QP number or PSN does not fit in 24 bits");
+  }
   message_t m{};
   std::snprintf(m.data(), m.size(), "%04x:%06x:%06x:", static_cast<unsigned>(ep.lid),
                 static_cast<unsigned>(ep.qpn), static_cast<unsigned>(ep.psn));
@@ -103,26 +108,32 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! @param mtu the path MTU both sides agreed on (the message does not carry one)
 //! @throws rdx::error (errc::wire_format) naming the first wrong byte.
 [[nodiscard]] inline endpoint parse(std::span<const char> in, ibv_mtu mtu = default_mtu) {
-  if (in.size() != message_size)
+  if (in.size() != message_size) {
     detail::fail(std::to_string(in.size()) + " bytes, expected " + std::to_string(message_size));
-  if (std::memcmp(in.data(), "RDXE", 4) == 0)
+  }
+  if (std::memcmp(in.data(), "RDXE", 4) == 0) {
     detail::fail("the peer speaks rdx's own wire format (run both sides with --rc-compat, or neither)");
+  }
   auto field = [&](std::size_t pos, std::size_t len, const char* name) {
     std::uint32_t v = 0;
     for (std::size_t i = pos; i < pos + len; ++i) {
       const int d = rdx::detail::hex_value(in[i]);
-      if (d < 0)
+      if (d < 0) {
         detail::fail("byte " + std::to_string(i) + " of the " + name + " is not a hex digit in \"" +
                      detail::printable(in) + "\"");
+      }
       v = (v << 4) | static_cast<std::uint32_t>(d);
     }
     return v;
   };
   for (std::size_t pos : {std::size_t{4}, std::size_t{11}, std::size_t{18}}) {
-    if (in[pos] != ':')
+    if (in[pos] != ':') {
       detail::fail("expected ':' at byte " + std::to_string(pos) + " in \"" + detail::printable(in) + "\"");
+    }
   }
-  if (in[message_size - 1] != '\0') detail::fail("the message does not end with a NUL byte");
+  if (in[message_size - 1] != '\0') {
+    detail::fail("the message does not end with a NUL byte");
+  }
   endpoint ep;
   ep.lid = static_cast<std::uint16_t>(field(0, 4, "LID"));
   ep.qpn = field(5, 6, "QP number");
@@ -130,9 +141,10 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
   for (std::size_t i = 0; i < 16; ++i) {
     const int hi = rdx::detail::hex_value(in[19 + 2 * i]);
     const int lo = rdx::detail::hex_value(in[20 + 2 * i]);
-    if (hi < 0 || lo < 0)
+    if (hi < 0 || lo < 0) {
       detail::fail("byte " + std::to_string(hi < 0 ? 19 + 2 * i : 20 + 2 * i) +
                    " of the GID is not a hex digit in \"" + detail::printable(in) + "\"");
+    }
     ep.gid.raw[i] = static_cast<std::uint8_t>((hi << 4) | lo);
   }
   ep.mtu = mtu;
@@ -145,7 +157,7 @@ inline message_t recv_address(const tcp::socket& s, tcp::clock::time_point deadl
 //! @throws rdx::error (errc::wire_format) showing what came instead.
 inline void check_done(std::span<const char> in) {
   if (in.size() != done_message.size() || std::memcmp(in.data(), done_message.data(), in.size()) != 0) {
-    detail::fail("expected \"done\" and a NUL after the addresses, got \"" + detail::printable(in) + "\" (" +
+    detail::fail(R"(expected "done" and a NUL after the addresses, got ")" + detail::printable(in) + "\" (" +
                  std::to_string(in.size()) + " bytes)");
   }
 }

@@ -61,10 +61,14 @@ namespace rdx::tcp {
           for (;;) {
             pollfd p{fd, POLLOUT, 0};
             const int rc = ::poll(&p, 1, detail::poll_ms(deadline));
-            if (rc < 0 && errno == EINTR) continue;
+            if (rc < 0 && errno == EINTR) {
+              continue;
+            }
             if (rc > 0) {
               socklen_t len = sizeof err;
-              if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+              if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+                err = errno;
+              }
             }
             break;
           }
@@ -79,22 +83,27 @@ namespace rdx::tcp {
       ::close(fd);
       // An attempt cut short by the deadline says less than a refusal seen
       // earlier ("is the server running?"): keep the more telling cause.
-      if (err != ETIMEDOUT || last_err == ETIMEDOUT) last_err = err;
+      if (err != ETIMEDOUT || last_err == ETIMEDOUT) {
+        last_err = err;
+      }
     }
     const auto now = clock::now();
-    if (now >= deadline) break;
+    if (now >= deadline) {
+      break;
+    }
     std::this_thread::sleep_for(std::min<clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, milliseconds{500});
   }
   std::string what = "connect to " + target + " (retried for " + detail::seconds_text(timeout);
-  if (last_err == ECONNREFUSED)
+  if (last_err == ECONNREFUSED) {
     what += "; is the server running?)";
-  else if (last_err == ETIMEDOUT)
+  } else if (last_err == ETIMEDOUT) {
     what += "; is the host reachable?)";
-  else if (last_err == EHOSTUNREACH || last_err == ENETUNREACH)
+  } else if (last_err == EHOSTUNREACH || last_err == ENETUNREACH) {
     what += "; check the address and the route)";
-  else
+  } else {
     what += ")";
+  }
   detail::fail_errno(last_err, what);
 }
 
@@ -125,8 +134,9 @@ inline void barrier(const socket& s, clock::time_point deadline) {
   s.send_all(std::span(&out, 1), deadline, "send barrier");
   std::byte in{};
   s.recv_exact(std::span(&in, 1), deadline, "wait for peer at barrier");
-  if (in != out)
+  if (in != out) {
     throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
+  }
 }
 //! The same, before `timeout` has passed.
 inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
@@ -139,19 +149,27 @@ inline void barrier(const socket& s, milliseconds timeout = default_timeout) {
 //! false while it has not come. @throws rdx::error: errc::wire_format for
 //! another byte or the peer closing its end, errc::timed_out past the deadline.
 inline bool try_barrier(const socket& s, bool& sent, clock::time_point deadline) {
-  if (!sent) s.send_all(std::span(&barrier_byte, 1), deadline, "send barrier");
+  if (!sent) {
+    s.send_all(std::span(&barrier_byte, 1), deadline, "send barrier");
+  }
   sent = true;
   std::byte in{};
   const ssize_t n = ::recv(s.native_handle(), &in, 1, MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-    if (clock::now() > deadline)
+    if (clock::now() > deadline) {
       throw error(errc::timed_out, "barrier with " + s.peer() + ": the peer did not come");
+    }
     return false;
   }
-  if (n < 0) rdx::detail::throw_errno("recv", "barrier with " + s.peer(), errno);
-  if (n == 0) throw error(errc::wire_format, "barrier with " + s.peer() + ": the peer closed its end first");
-  if (in != barrier_byte)
+  if (n < 0) {
+    rdx::detail::throw_errno("recv", "barrier with " + s.peer(), errno);
+  }
+  if (n == 0) {
+    throw error(errc::wire_format, "barrier with " + s.peer() + ": the peer closed its end first");
+  }
+  if (in != barrier_byte) {
     throw error(errc::wire_format, "barrier from " + s.peer() + ": unexpected byte, the peer is out of step");
+  }
   return true;
 }
 

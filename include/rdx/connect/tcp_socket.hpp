@@ -59,7 +59,9 @@ inline std::string seconds_text(milliseconds d) {
 //! Milliseconds left until `deadline`, clamped to what poll() accepts.
 inline int poll_ms(clock::time_point deadline) noexcept {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now()).count();
-  if (left <= 0) return 0;
+  if (left <= 0) {
+    return 0;
+  }
   return static_cast<int>(std::min<long long>(left + 1, 1 << 30));
 }
 
@@ -68,8 +70,9 @@ using rdx::detail::host_port;
 
 inline void set_nonblocking(int fd, bool on) {
   const int fl = ::fcntl(fd, F_GETFL);
-  if (fl < 0 || ::fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK)) < 0)
+  if (fl < 0 || ::fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK)) < 0) {
     fail_errno(errno, "fcntl(O_NONBLOCK) on a TCP socket");
+  }
 }
 
 struct addrinfo_list {
@@ -78,7 +81,9 @@ struct addrinfo_list {
   addrinfo_list(const addrinfo_list&) = delete;
   addrinfo_list& operator=(const addrinfo_list&) = delete;
   ~addrinfo_list() {
-    if (head != nullptr) ::freeaddrinfo(head);
+    if (head != nullptr) {
+      ::freeaddrinfo(head);
+    }
   }
 };
 
@@ -135,7 +140,9 @@ public:
   [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
   //! Closes the descriptor now (the destructor does it otherwise); a closed socket stays closed.
   void close() noexcept {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
     fd_ = -1;
   }
 
@@ -178,7 +185,9 @@ public:
         done += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         wait(POLLOUT, deadline, what, done, data.size());
         continue;
@@ -202,11 +211,14 @@ public:
         done += static_cast<std::size_t>(n);
         continue;
       }
-      if (n == 0)
+      if (n == 0) {
         throw error(errc::wire_format, std::string(what) + " from " + peer_ +
                                            ": peer closed the connection after " + std::to_string(done) +
                                            " of " + std::to_string(data.size()) + " bytes");
-      if (errno == EINTR) continue;
+      }
+      if (errno == EINTR) {
+        continue;
+      }
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         wait(POLLIN, deadline, what, done, data.size());
         continue;
@@ -239,14 +251,21 @@ private:
     for (;;) {
       pollfd p{fd_, events, 0};
       const int ms = detail::poll_ms(deadline);
-      if (ms == 0)
+      if (ms == 0) {
         detail::fail_timeout(std::string(what) + (events == POLLIN ? " from " : " to ") + peer_ +
                              ": timed out with " + std::to_string(done) + " of " + std::to_string(total) +
                              " bytes " + (events == POLLIN ? "received" : "sent"));
+      }
       const int rc = ::poll(&p, 1, ms);
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc < 0) detail::fail_errno(errno, "poll on TCP socket to " + peer_);
-      if (rc > 0) return;  // ready, or an error the next call will report
+      if (rc < 0 && errno == EINTR) {
+        continue;
+      }
+      if (rc < 0) {
+        detail::fail_errno(errno, "poll on TCP socket to " + peer_);
+      }
+      if (rc > 0) {
+        return;  // ready, or an error the next call will report
+      }
     }
   }
 
@@ -272,10 +291,16 @@ public:
     // With no host, prefer one dual-stack IPv6 socket, so IPv4 and IPv6
     // clients both reach it; otherwise the first address that binds.
     std::vector<addrinfo*> order;
-    for (addrinfo* a = ai.head; a != nullptr; a = a->ai_next)
-      if (a->ai_family == AF_INET6) order.push_back(a);
-    for (addrinfo* a = ai.head; a != nullptr; a = a->ai_next)
-      if (a->ai_family != AF_INET6) order.push_back(a);
+    for (addrinfo* a = ai.head; a != nullptr; a = a->ai_next) {
+      if (a->ai_family == AF_INET6) {
+        order.push_back(a);
+      }
+    }
+    for (addrinfo* a = ai.head; a != nullptr; a = a->ai_next) {
+      if (a->ai_family != AF_INET6) {
+        order.push_back(a);
+      }
+    }
     int last_err = EADDRNOTAVAIL;
     for (addrinfo* a : order) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -294,17 +319,19 @@ public:
         l.fd_ = fd;
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
           l.port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+        }
         return l;
       }
       last_err = errno;
       ::close(fd);
     }
     std::string w = where;
-    if (last_err == EADDRINUSE)
+    if (last_err == EADDRINUSE) {
       w += " (another program, or an earlier run, holds this port; choose another with -p)";
+    }
     detail::fail_errno(last_err, w);
   }
 
@@ -329,7 +356,9 @@ public:
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
   //! Stops listening now (the destructor does it otherwise).
   void close() noexcept {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
     fd_ = -1;
   }
 
@@ -340,19 +369,28 @@ public:
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
       const int ms = detail::poll_ms(deadline);
-      if (ms == 0)
+      if (ms == 0) {
         detail::fail_timeout("accept on port " + std::to_string(port_) + ": no client connected within " +
                              detail::seconds_text(timeout) +
                              " (is the client running and pointed at this host?)");
+      }
       const int rc = ::poll(&p, 1, ms);
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc < 0) detail::fail_errno(errno, "poll on listening port " + std::to_string(port_));
-      if (rc == 0) continue;
+      if (rc < 0 && errno == EINTR) {
+        continue;
+      }
+      if (rc < 0) {
+        detail::fail_errno(errno, "poll on listening port " + std::to_string(port_));
+      }
+      if (rc == 0) {
+        continue;
+      }
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
       if (fd < 0) {
-        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) {
+          continue;
+        }
         detail::fail_errno(errno, "accept on port " + std::to_string(port_));
       }
       const int one = 1;

@@ -77,26 +77,34 @@ struct header {
 namespace detail {
 
 inline void put16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = std::byte(v >> 8);
-  p[1] = std::byte(v);
+  p[0] = static_cast<std::byte>(v >> 8);
+  p[1] = static_cast<std::byte>(v);
 }
 inline void put32(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte(v >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i) {
+    p[i] = static_cast<std::byte>(v >> (24 - 8 * i));
+  }
 }
 inline void put64(std::byte* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte(v >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i) {
+    p[i] = static_cast<std::byte>(v >> (56 - 8 * i));
+  }
 }
 inline std::uint16_t get16(const std::byte* p) noexcept {
   return static_cast<std::uint16_t>((std::to_integer<unsigned>(p[0]) << 8) | std::to_integer<unsigned>(p[1]));
 }
 inline std::uint32_t get32(const std::byte* p) noexcept {
   std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
+  for (int i = 0; i < 4; ++i) {
+    v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
+  }
   return v;
 }
 inline std::uint64_t get64(const std::byte* p) noexcept {
   std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  for (int i = 0; i < 8; ++i) {
+    v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
+  }
   return v;
 }
 
@@ -113,29 +121,40 @@ inline std::string hex(std::uint64_t v) {
 //! True when the bytes look like ibv_rc_pingpong's text ("0000:000000:..."),
 //! the usual cause of a wrong magic: one side runs in rc_pingpong mode.
 inline bool looks_like_rc_pingpong(std::span<const std::byte> in) noexcept {
-  if (in.size() < 5) return false;
+  if (in.size() < 5) {
+    return false;
+  }
   for (std::size_t i = 0; i < 4; ++i) {
     const char c = static_cast<char>(in[i]);
     const bool hexdigit = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-    if (!hexdigit) return false;
+    if (!hexdigit) {
+      return false;
+    }
   }
   return static_cast<char>(in[4]) == ':';
 }
 
 inline void check_endpoint(const endpoint& e, errc code, const char* who) {
-  if (e.qpn > 0xffffffu)
+  if (e.qpn > 0xffffffu) {
     fail(code, std::string(who) + "QP number " + hex(e.qpn) + " does not fit in 24 bits");
-  if (e.psn > 0xffffffu) fail(code, std::string(who) + "PSN " + hex(e.psn) + " does not fit in 24 bits");
+  }
+  if (e.psn > 0xffffffu) {
+    fail(code, std::string(who) + "PSN " + hex(e.psn) + " does not fit in 24 bits");
+  }
   const int m = static_cast<int>(e.mtu);
-  if (m < IBV_MTU_256 || m > max_mtu_enum)
+  if (m < IBV_MTU_256 || m > max_mtu_enum) {
     fail(code, std::string(who) + "MTU value " + std::to_string(m) + " is outside 1 (256 B) to 5 (4096 B)");
-  if (e.port == 0) fail(code, std::string(who) + "port number 0 (ports count from 1)");
+  }
+  if (e.port == 0) {
+    fail(code, std::string(who) + "port number 0 (ports count from 1)");
+  }
 }
 
 inline void check_descriptor(const remote_descriptor& d, std::size_t i, errc code, const char* who) {
-  if (d.length != 0 && d.length - 1 > UINT64_MAX - d.addr)
+  if (d.length != 0 && d.length - 1 > UINT64_MAX - d.addr) {
     fail(code, std::string(who) + "descriptor " + std::to_string(i) + ": address " + hex(d.addr) +
                    " + length " + hex(d.length) + " wraps past the end of the address space");
+  }
 }
 
 }  // namespace detail
@@ -145,16 +164,19 @@ inline void check_descriptor(const remote_descriptor& d, std::size_t i, errc cod
 //!         more than max_descriptors descriptors, or a field is out of range.
 inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor> descriptors,
                           std::span<std::byte> out) {
-  if (descriptors.size() > max_descriptors)
+  if (descriptors.size() > max_descriptors) {
     detail::fail(errc::invalid_argument, "cannot encode " + std::to_string(descriptors.size()) +
                                              " descriptors, at most " + std::to_string(max_descriptors));
+  }
   const std::size_t n = encoded_size(descriptors.size());
-  if (out.size() < n)
+  if (out.size() < n) {
     detail::fail(errc::invalid_argument, "output buffer of " + std::to_string(out.size()) +
                                              " bytes, the message needs " + std::to_string(n));
+  }
   detail::check_endpoint(ep, errc::invalid_argument, "cannot encode endpoint: ");
-  for (std::size_t i = 0; i < descriptors.size(); ++i)
+  for (std::size_t i = 0; i < descriptors.size(); ++i) {
     detail::check_descriptor(descriptors[i], i, errc::invalid_argument, "cannot encode ");
+  }
 
   std::byte* p = out.data();
   std::memset(p, 0, n);
@@ -165,11 +187,11 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
   p += header_size;
   std::memcpy(p, ep.gid.raw, 16);
   detail::put16(p + 16, ep.lid);
-  p[18] = std::byte(ep.port);
-  p[19] = std::byte(ep.gid_index);
+  p[18] = static_cast<std::byte>(ep.port);
+  p[19] = static_cast<std::byte>(ep.gid_index);
   detail::put32(p + 20, ep.qpn);
   detail::put32(p + 24, ep.psn);
-  p[28] = std::byte(static_cast<std::uint8_t>(ep.mtu));
+  p[28] = static_cast<std::byte>(static_cast<std::uint8_t>(ep.mtu));
   p += endpoint_size;
   for (const auto& d : descriptors) {
     detail::put64(p + 0, d.addr);
@@ -197,41 +219,48 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
 //! @throws rdx::error (errc::wire_format) for a short header, a wrong magic or
 //!         version, too many descriptors, or a length that disagrees with them.
 [[nodiscard]] inline header decode_header(std::span<const std::byte> in) {
-  if (in.size() < header_size)
+  if (in.size() < header_size) {
     detail::fail(errc::wire_format, "truncated: " + std::to_string(in.size()) +
                                         " bytes, the header alone needs " + std::to_string(header_size));
+  }
   const std::byte* p = in.data();
   const std::uint32_t m = detail::get32(p);
   if (m != magic) {
     std::string w = "wrong magic " + detail::hex(m) + " (expected " + detail::hex(magic) + ", \"RDXE\")";
-    if (m == auth_magic)
+    if (m == auth_magic) {
       w += ": the peer wants authenticated set-up: give this side the pre-shared key";
-    else if (detail::looks_like_rc_pingpong(in))
+    } else if (detail::looks_like_rc_pingpong(in)) {
       w += ": the peer speaks ibv_rc_pingpong's text format (use --rc-compat on this side)";
-    else
+    } else {
       w += ": the peer is not an rdx program";
+    }
     detail::fail(errc::wire_format, w);
   }
   header h;
   h.version = detail::get16(p + 4);
   h.descriptor_count = detail::get16(p + 6);
   h.length = detail::get32(p + 8);
-  if (h.version != version)
+  if (h.version != version) {
     detail::fail(errc::wire_format, "unsupported version " + std::to_string(h.version) +
                                         " (this side speaks version " + std::to_string(version) + ")");
-  if (detail::get32(p + 12) != 0)
+  }
+  if (detail::get32(p + 12) != 0) {
     detail::fail(errc::wire_format, "reserved header field at offset 12 is " +
                                         detail::hex(detail::get32(p + 12)) + ", must be zero");
-  if (h.descriptor_count > max_descriptors)
+  }
+  if (h.descriptor_count > max_descriptors) {
     detail::fail(errc::wire_format, "oversized: " + std::to_string(h.descriptor_count) +
                                         " descriptors, at most " + std::to_string(max_descriptors));
-  if (h.length > max_message_size)
+  }
+  if (h.length > max_message_size) {
     detail::fail(errc::wire_format, "oversized: length field says " + std::to_string(h.length) +
                                         " bytes, at most " + std::to_string(max_message_size));
-  if (h.length != encoded_size(h.descriptor_count))
+  }
+  if (h.length != encoded_size(h.descriptor_count)) {
     detail::fail(errc::wire_format, "length field says " + std::to_string(h.length) + " bytes but " +
                                         std::to_string(h.descriptor_count) + " descriptors make " +
                                         std::to_string(encoded_size(h.descriptor_count)));
+  }
   return h;
 }
 
@@ -241,13 +270,15 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
 //!         reserved field that is not zero.
 [[nodiscard]] inline message decode(std::span<const std::byte> in) {
   const header h = decode_header(in);
-  if (in.size() < h.length)
+  if (in.size() < h.length) {
     detail::fail(errc::wire_format,
                  "truncated: " + std::to_string(in.size()) + " of " + std::to_string(h.length) + " bytes");
-  if (in.size() > h.length)
+  }
+  if (in.size() > h.length) {
     detail::fail(errc::wire_format, "oversized: " + std::to_string(in.size()) + " bytes for a message of " +
                                         std::to_string(h.length) + " (" +
                                         std::to_string(in.size() - h.length) + " trailing bytes)");
+  }
   const std::byte* p = in.data() + header_size;
   message msg;
   endpoint& e = msg.ep;
@@ -259,13 +290,15 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
   e.psn = detail::get32(p + 24);
   const auto mtu = std::to_integer<int>(p[28]);
   for (std::size_t i = 29; i < endpoint_size; ++i) {
-    if (p[i] != std::byte{0})
+    if (p[i] != std::byte{0}) {
       detail::fail(errc::wire_format,
                    "reserved endpoint byte at offset " + std::to_string(header_size + i) + " is not zero");
+    }
   }
-  if (mtu < IBV_MTU_256 || mtu > max_mtu_enum)
+  if (mtu < IBV_MTU_256 || mtu > max_mtu_enum) {
     detail::fail(errc::wire_format,
                  "out of range: MTU value " + std::to_string(mtu) + " is outside 1 (256 B) to 5 (4096 B)");
+  }
   e.mtu = static_cast<ibv_mtu>(mtu);
   detail::check_endpoint(e, errc::wire_format, "out of range: ");
   p += endpoint_size;
@@ -275,8 +308,9 @@ inline std::size_t encode(const endpoint& ep, std::span<const remote_descriptor>
     d.addr = detail::get64(p + 0);
     d.length = detail::get64(p + 8);
     d.rkey = detail::get32(p + 16);
-    if (detail::get32(p + 20) != 0)
+    if (detail::get32(p + 20) != 0) {
       detail::fail(errc::wire_format, "reserved field of descriptor " + std::to_string(i) + " is not zero");
+    }
     detail::check_descriptor(d, i, errc::wire_format, "out of range: ");
   }
   return msg;

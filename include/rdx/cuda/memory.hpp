@@ -110,6 +110,9 @@ class cuda_array {
 public:
   using value_type = T;
 
+  cuda_array(const cuda_array&) = delete;
+  cuda_array& operator=(const cuda_array&) = delete;
+
   [[nodiscard]] T* data() const noexcept { return static_cast<T*>(mem_.get()); }
   [[nodiscard]] T* native_handle() const noexcept { return data(); }
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
@@ -165,6 +168,9 @@ public:
   device_buffer(device_buffer&& o) noexcept = default;
   //! Frees this buffer's memory, then takes o's; o is left empty.
   device_buffer& operator=(device_buffer&& o) noexcept = default;
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() = default;
 
   // data() is a device pointer: never dereference it on the host.
   //! The device the memory lives on.
@@ -205,6 +211,9 @@ public:
   pinned_buffer(pinned_buffer&& o) noexcept = default;
   //! Frees this buffer's memory, then takes o's; o is left empty.
   pinned_buffer& operator=(pinned_buffer&& o) noexcept = default;
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  ~pinned_buffer() = default;
 
   //! Element i, read or written on the host; not bounds-checked.
   [[nodiscard]] T& operator[](std::size_t i) const noexcept { return this->data()[i]; }

@@ -10,10 +10,10 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace rdx::cuda {
 
@@ -35,7 +35,7 @@ struct probe_answer {
   }
   ibv_pd* pd = ibv_alloc_pd(ctx);
   if (pd == nullptr) {
-    r.detail = std::string("ibv_alloc_pd failed: ") + std::strerror(errno);
+    r.detail = std::string("ibv_alloc_pd failed: ") + std::generic_category().message(errno);
     return r;
   }
   errno = 0;
@@ -49,10 +49,10 @@ struct probe_answer {
     r.detail = "EBADF for fd -1: kernel and driver take dma-buf";
   } else if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT) {
     r.answer = support::no;
-    r.detail = std::string(std::strerror(err)) +
+    r.detail = std::generic_category().message(err) +
                " for fd -1: this kernel, NIC driver or rdma-core lacks dma-buf registration";
   } else {
-    r.detail = std::string("unexpected errno for fd -1: ") + std::strerror(err);
+    r.detail = std::string("unexpected errno for fd -1: ") + std::generic_category().message(err);
   }
   if (int e = ibv_dealloc_pd(pd); e != 0) {
     rdx::detail::report_destroy_failure("ibv_dealloc_pd", e);

@@ -52,7 +52,8 @@ struct gpu_pair_report {
 //! "NVLink (NV4)" for an nvidia-smi topo cell NV<n>, "PCIe (<cell>)" for PIX, PXB, PHB, NODE or
 //! SYS, "" for anything else.
 [[nodiscard]] inline std::string link_of_topo_cell(const std::string& cell) {
-  if (cell.size() > 2 && cell.compare(0, 2, "NV") == 0 && std::isdigit(static_cast<unsigned char>(cell[2]))) {
+  if (cell.size() > 2 && cell.compare(0, 2, "NV") == 0 &&
+      std::isdigit(static_cast<unsigned char>(cell[2])) != 0) {
     return "NVLink (" + cell + ")";
   }
   for (const char* p : {"PIX", "PXB", "PHB", "NODE", "SYS"}) {
@@ -72,7 +73,7 @@ struct gpu_pair_report {
   std::vector<int> columns;  // the GPU index of each header column, -1 for others
   while (std::getline(in, line)) {
     // A terminal gets the header underlined (ESC [ 4 m ... ESC [ 0 m): drop such sequences.
-    for (std::size_t e; (e = line.find('\x1b')) != std::string::npos;) {
+    for (std::size_t e = 0; (e = line.find('\x1b')) != std::string::npos;) {
       const std::size_t m = line.find('m', e);
       line.erase(e, m == std::string::npos ? std::string::npos : m - e + 1);
     }
@@ -88,14 +89,15 @@ struct gpu_pair_report {
       if (w[0].rfind("GPU", 0) == 0 && line[0] != 'G') {  // the header row is indented
         for (const std::string& c : w) {
           columns.push_back(c.size() > 3 && c.rfind("GPU", 0) == 0 &&
-                                    std::isdigit(static_cast<unsigned char>(c[3]))
+                                    std::isdigit(static_cast<unsigned char>(c[3])) != 0
                                 ? std::stoi(c.substr(3))
                                 : -1);
         }
       }
       continue;
     }
-    if (w[0].size() <= 3 || w[0].rfind("GPU", 0) != 0 || !std::isdigit(static_cast<unsigned char>(w[0][3]))) {
+    if (w[0].size() <= 3 || w[0].rfind("GPU", 0) != 0 ||
+        std::isdigit(static_cast<unsigned char>(w[0][3])) == 0) {
       continue;
     }
     const int row = std::stoi(w[0].substr(3));
@@ -118,7 +120,7 @@ struct gpu_pair_report {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     const auto comma = line.find(',');
-    if (comma == std::string::npos || comma == 0 || !std::isdigit(static_cast<unsigned char>(line[0]))) {
+    if (comma == std::string::npos || comma == 0 || std::isdigit(static_cast<unsigned char>(line[0])) == 0) {
       continue;
     }
     std::string id = line.substr(comma + 1);
@@ -139,7 +141,7 @@ inline std::string run_text(const char* command) {
   std::string out;
   if (FILE* p = ::popen(command, "r")) {
     char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) {
+    for (std::size_t n = 0; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) {
       out.append(buf, n);
     }
     (void)::pclose(p);

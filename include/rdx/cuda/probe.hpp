@@ -11,11 +11,11 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <unistd.h>
 
@@ -202,6 +202,7 @@ struct device_list_deleter {
   try {
     if (auto d = rdma_device_for_gpu(cuda_device, sysfs_root)) {
       wanted = *d;
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
       why = std::getenv("RDX_DEVICE") != nullptr ? "from RDX_DEVICE" : "nearest in sysfs";
     }
   } catch (const rdx::error& e) {
@@ -216,17 +217,17 @@ struct device_list_deleter {
   }
   if (dev == nullptr) {
     auto r = probe_gpudirect(cuda_device, nullptr, sysfs_root);
-    r.rdma_device_detail = !list ? std::string("ibv_get_device_list failed: ") + std::strerror(errno)
-                           : n == 0
-                               ? std::string("ibv_get_device_list returned 0 devices")
-                               : "RDX_DEVICE=" + wanted + " not among the " + std::to_string(n) + " devices";
+    r.rdma_device_detail =
+        !list    ? std::string("ibv_get_device_list failed: ") + std::generic_category().message(errno)
+        : n == 0 ? std::string("ibv_get_device_list returned 0 devices")
+                 : "RDX_DEVICE=" + wanted + " not among the " + std::to_string(n) + " devices";
     return r;
   }
   ibv_context* ctx = ibv_open_device(dev);
   if (ctx == nullptr) {
     auto r = probe_gpudirect(cuda_device, nullptr, sysfs_root);
-    r.rdma_device_detail =
-        std::string("ibv_open_device(") + ibv_get_device_name(dev) + ") failed: " + std::strerror(errno);
+    r.rdma_device_detail = std::string("ibv_open_device(") + ibv_get_device_name(dev) +
+                           ") failed: " + std::generic_category().message(errno);
     return r;
   }
   gpudirect_report r;

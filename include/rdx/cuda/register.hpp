@@ -14,10 +14,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include <unistd.h>
@@ -37,7 +37,7 @@ struct registration_attempts {
 };
 
 inline std::string errno_text(int e) {
-  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+  return std::generic_category().message(e) + " (errno " + std::to_string(e) + ")";
 }
 
 inline std::string hex_address(std::uintptr_t a) {

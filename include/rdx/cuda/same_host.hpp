@@ -125,7 +125,7 @@ public:
     detail::check(
         detail::driver().mem_get_address_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(b.data())),
         "cuMemGetAddressRange");
-    const std::size_t at = static_cast<std::size_t>(reinterpret_cast<CUdeviceptr>(b.data()) - base);
+    const auto at = static_cast<std::size_t>(reinterpret_cast<CUdeviceptr>(b.data()) - base);
     detail::frame f = grant_frame(b.size(), offset, count, sizeof(T), r, b.device(), at + offset * sizeof(T),
                                   bytes, detail::allocation_granularity(b.device()), max_exposed_bytes);
     f.kind = detail::share_kind::legacy_ipc;

@@ -64,7 +64,7 @@ public:
   [[nodiscard]] std::uint32_t tag() const noexcept { return n_.tag; }
 
   //! Polls the peer once without blocking. @return done().
-  [[nodiscard]] bool test() noexcept {
+  [[nodiscard]] bool test() const noexcept {
     if (n_.st != nullptr) {
       (void)n_.st->progress();
     }
@@ -72,11 +72,12 @@ public:
   }
   //! Waits until done or timeout, polling. @return error() when done, else errc::timed_out (the
   //! operation stays pending).
-  [[nodiscard]] std::error_code wait(std::chrono::nanoseconds timeout = std::chrono::seconds(30)) noexcept {
+  [[nodiscard]] std::error_code wait(
+      std::chrono::nanoseconds timeout = std::chrono::seconds(30)) const noexcept {
     return wait_until(std::chrono::steady_clock::now() + timeout);
   }
   //! wait() until an absolute deadline.
-  [[nodiscard]] std::error_code wait_until(std::chrono::steady_clock::time_point deadline) noexcept {
+  [[nodiscard]] std::error_code wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
     if (n_.st == nullptr && !n_.done) {
       return make_error_code(errc::not_ready);
     }

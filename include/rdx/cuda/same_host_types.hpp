@@ -187,17 +187,30 @@ static_assert(sizeof(frame) <= 512);
   }
   switch (f.type) {
     case frame_type::hello:
-      if (f.gpu_count > max_frame_gpus) return "a hello naming " + std::to_string(f.gpu_count) + " GPUs";
-      if (f.gpu_count > 0 && f.device >= f.gpu_count) return "a hello whose device is not among its GPUs";
-      if (f.boot_id[sizeof f.boot_id - 1] != '\0') return "a hello whose boot id is not terminated";
+      if (f.gpu_count > max_frame_gpus) {
+        return "a hello naming " + std::to_string(f.gpu_count) + " GPUs";
+      }
+      if (f.gpu_count > 0 && f.device >= f.gpu_count) {
+        return "a hello whose device is not among its GPUs";
+      }
+      if (f.boot_id[sizeof f.boot_id - 1] != '\0') {
+        return "a hello whose boot id is not terminated";
+      }
       return {};
     case frame_type::grant:
-      if (f.kind != share_kind::vmm && f.kind != share_kind::legacy_ipc) return "a grant of unknown kind";
-      if (f.length == 0 || f.offset > f.alloc_bytes || f.length > f.alloc_bytes - f.offset)
+      if (f.kind != share_kind::vmm && f.kind != share_kind::legacy_ipc) {
+        return "a grant of unknown kind";
+      }
+      if (f.length == 0 || f.offset > f.alloc_bytes || f.length > f.alloc_bytes - f.offset) {
         return "a grant of " + std::to_string(f.length) + " bytes at " + std::to_string(f.offset) +
                " outside its allocation of " + std::to_string(f.alloc_bytes);
-      if (f.element_size == 0 || f.length % f.element_size != 0) return "a grant of partial elements";
-      if (f.rights == 0 || f.rights > 7) return "a grant with rights " + std::to_string(f.rights);
+      }
+      if (f.element_size == 0 || f.length % f.element_size != 0) {
+        return "a grant of partial elements";
+      }
+      if (f.rights == 0 || f.rights > 7) {
+        return "a grant with rights " + std::to_string(f.rights);
+      }
       return {};
     case frame_type::revoke:
     case frame_type::notify:

@@ -162,12 +162,12 @@ private:
     if (!st_) {
       node.done = true;
       node.ec = make_error_code(errc::not_ready);
-    } else if (!has(rights_, need)) {
-      st_->fail_now(node, make_error_code(errc::rejected));
+    } else if (!has(rights_, need)) {  // NOLINT(bugprone-branch-clone): the order picks the error
+      detail::peer_state::fail_now(node, make_error_code(errc::rejected));
     } else if (offset > count_ || n > count_ - offset) {
-      st_->fail_now(node, make_error_code(errc::out_of_range));
+      detail::peer_state::fail_now(node, make_error_code(errc::out_of_range));
     } else if (st_->revoked(id_)) {
-      st_->fail_now(node, make_error_code(errc::rejected));
+      detail::peer_state::fail_now(node, make_error_code(errc::rejected));
     } else {
       st_->start_copy(node, dst, src, n * sizeof(T), map_.get(), notify, tag, id_);
     }

@@ -207,12 +207,20 @@ private:
   // Whether the write last posted from slot has completed, without waiting.
   bool slot_done(std::size_t slot) {
     const slot_write& w = slots_[slot];
-    if (!w.posted || sq_.find(w.seq) == nullptr) return true;
+    if (!w.posted || sq_.find(w.seq) == nullptr) {
+      return true;
+    }
     completion c[4];
     const int got = send_cq_.poll(std::span<completion>(c));
-    if (got < 0) fail("write of chunk", w.chunk, "ibv_poll_cq failed");
-    for (int k = 0; k < got; ++k) retire(c[k]);
-    if (error_) fail("write of chunk", error_chunk_, error_.message());
+    if (got < 0) {
+      fail("write of chunk", w.chunk, "ibv_poll_cq failed");
+    }
+    for (int k = 0; k < got; ++k) {
+      retire(c[k]);
+    }
+    if (error_) {
+      fail("write of chunk", error_chunk_, error_.message());
+    }
     return sq_.find(w.seq) == nullptr;
   }
   void write_chunk(const staged_chunk& c) {
@@ -226,12 +234,22 @@ private:
   }
   void wait_slot(std::size_t slot) {
     slot_write& w = slots_[slot];
-    if (!w.posted) return;
+    if (!w.posted) {
+      return;
+    }
     w.posted = false;
-    if (sq_.find(w.seq) == nullptr) return;
-    if (!sq_.cover()) fail("write of chunk", w.chunk, "post of the request that signals it");
-    while (sq_.find(w.seq) != nullptr) retire_one("write of chunk", w.chunk);
-    if (error_) fail("write of chunk", error_chunk_, error_.message());
+    if (sq_.find(w.seq) == nullptr) {
+      return;
+    }
+    if (!sq_.cover()) {
+      fail("write of chunk", w.chunk, "post of the request that signals it");
+    }
+    while (sq_.find(w.seq) != nullptr) {
+      retire_one("write of chunk", w.chunk);
+    }
+    if (error_) {
+      fail("write of chunk", error_chunk_, error_.message());
+    }
   }
   void usable(const char* what) const {
     if (failed_) {
@@ -243,10 +261,14 @@ private:
   // completed) and returns its sequence number; the caller waits later.
   std::uint64_t post(send_wr& w, const char* what, std::size_t chunk, bool signaled) {
     while (!sq_.has_room()) {
-      if (!sq_.cover()) fail(what, chunk, "post of the request that signals it");
+      if (!sq_.cover()) {
+        fail(what, chunk, "post of the request that signals it");
+      }
       retire_one(what, chunk);
     }
-    if (error_) fail(what, error_chunk_, error_.message());
+    if (error_) {
+      fail(what, error_chunk_, error_.message());
+    }
     const std::uint64_t seq = sq_.next_seq();
     const auto aux = static_cast<std::uint32_t>(chunk);
     if (auto ec = signaled ? sq_.post_signaled(w, this, 1, aux) : sq_.post(w, this, 1, aux)) {
@@ -257,10 +279,18 @@ private:
   }
   // Waits until everything posted has completed.
   void drain(const char* what, std::size_t chunk) {
-    for (auto& w : slots_) w.posted = false;
-    if (sq_.outstanding() != 0 && !sq_.cover()) fail(what, chunk, "post of the request that signals it");
-    while (sq_.outstanding() != 0) retire_one(what, chunk);
-    if (error_) fail(what, error_chunk_, error_.message());
+    for (auto& w : slots_) {
+      w.posted = false;
+    }
+    if (sq_.outstanding() != 0 && !sq_.cover()) {
+      fail(what, chunk, "post of the request that signals it");
+    }
+    while (sq_.outstanding() != 0) {
+      retire_one(what, chunk);
+    }
+    if (error_) {
+      fail(what, error_chunk_, error_.message());
+    }
   }
   // Takes one send completion and retires what it covers; the first failed
   // request is remembered (error_, error_chunk_).
@@ -280,7 +310,9 @@ private:
         error_chunk_ = r.aux;
       }
     });
-    if (!c.ok()) qp_failed_ = true;
+    if (!c.ok()) {
+      qp_failed_ = true;
+    }
   }
   completion expect(std::uint32_t imm, const char* what, std::size_t chunk) {
     completion c = wait(recv_cq_, what, chunk);

@@ -253,6 +253,7 @@ inline bool any_port_active(const std::filesystem::path& ibdev_dir) {
 //! override), else the nearest one; nullopt when sysfs lists none.
 [[nodiscard]] inline std::optional<std::string> rdma_device_for_gpu(
     std::string_view gpu_pci_address, const std::filesystem::path& sysfs_root = "/sys") {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
   if (const char* env = std::getenv("RDX_DEVICE"); env != nullptr && *env != '\0') {
     return std::string(env);
   }

@@ -14,7 +14,9 @@ namespace rdx::detail {
 
 //! "10.77.0.2:7471", "[fe80::1]:7471"; an IPv4 client of a dual-stack socket as plain IPv4.
 inline std::string address_text(const sockaddr* sa) {
-  if (sa == nullptr) return "?";
+  if (sa == nullptr) {
+    return "?";
+  }
   char host[INET6_ADDRSTRLEN] = "?";
   unsigned port = 0;
   if (sa->sa_family == AF_INET) {
@@ -29,10 +31,11 @@ inline std::string address_text(const sockaddr* sa) {
     port = ntohs(in6->sin6_port);
     // An IPv4 client of a dual-stack listener: show it as plain IPv4.
     std::string h = host;
-    if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos)
+    if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos) {
       h = h.substr(7);
-    else
+    } else {
       h = "[" + h + "]";
+    }
     return h + ":" + std::to_string(port);
   }
   return "?";
@@ -41,7 +44,9 @@ inline std::string address_text(const sockaddr* sa) {
 //! host and port as one would type them ("[::1]:7471").
 inline std::string host_port(std::string_view host, std::uint16_t port) {
   std::string h(host);
-  if (h.find(':') != std::string::npos) h = "[" + h + "]";
+  if (h.find(':') != std::string::npos) {
+    h = "[" + h + "]";
+  }
   return h + ":" + std::to_string(port);
 }
 

@@ -14,7 +14,7 @@ namespace rdx::detail {
 
 //! The value of an environment variable, or nullopt when unset or empty.
 inline std::optional<std::string> env_string(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read at set-up; rdx never sets one
   if (v == nullptr || *v == '\0') {
     return std::nullopt;
   }

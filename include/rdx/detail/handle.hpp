@@ -77,6 +77,8 @@ class reset_on_move {
 public:
   reset_on_move() noexcept = default;
   reset_on_move(T v) noexcept : v_(v) {}  // NOLINT(google-explicit-constructor)
+  reset_on_move(const reset_on_move&) = delete;
+  reset_on_move& operator=(const reset_on_move&) = delete;
   reset_on_move(reset_on_move&& o) noexcept : v_(std::exchange(o.v_, T{})) {}
   reset_on_move& operator=(reset_on_move&& o) noexcept {
     v_ = std::exchange(o.v_, T{});
@@ -86,6 +88,7 @@ public:
     v_ = v;
     return *this;
   }
+  ~reset_on_move() = default;
   [[nodiscard]] T get() const noexcept { return v_; }
   operator T() const noexcept { return v_; }  // NOLINT(google-explicit-constructor)
 

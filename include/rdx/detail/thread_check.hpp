@@ -41,7 +41,9 @@ public:
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
     ~scope() {
-      if (--c_.depth_ == 0) c_.owner_.store(std::thread::id{}, std::memory_order_release);
+      if (--c_.depth_ == 0) {
+        c_.owner_.store(std::thread::id{}, std::memory_order_release);
+      }
     }
 
   private:

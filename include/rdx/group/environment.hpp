@@ -69,6 +69,7 @@ using env_reader = std::function<const char*(const char*)>;
 namespace detail {
 
 inline const char* process_env(const char* name) {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
   return std::getenv(name);
 }
 
@@ -79,7 +80,9 @@ inline const char* process_env(const char* name) {
 // A whole decimal number of at most `max`; the error names the variable.
 inline std::uint64_t number(const env_reader& env, launcher l, const char* name, std::uint64_t max) {
   const char* v = env(name);
-  if (v == nullptr) refuse(l, std::string(name) + " is not set");
+  if (v == nullptr) {
+    refuse(l, std::string(name) + " is not set");
+  }
   const std::string_view s(v);
   std::uint64_t out = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -92,7 +95,9 @@ inline std::uint64_t number(const env_reader& env, launcher l, const char* name,
 
 inline std::optional<std::string> text(const env_reader& env, const char* name) {
   const char* v = env(name);
-  if (v == nullptr) return std::nullopt;
+  if (v == nullptr) {
+    return std::nullopt;
+  }
   return std::string(v);
 }
 
@@ -104,19 +109,30 @@ inline std::optional<std::uint64_t> tasks_on_node(std::string_view s, std::uint6
   for (;;) {  // every part is read, so that a malformed one anywhere is refused
     const std::size_t comma = s.find(',');
     const std::string_view part = s.substr(0, comma);
-    std::uint64_t tasks = 0, repeat = 1;
+    std::uint64_t tasks = 0;
+    std::uint64_t repeat = 1;
     auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), tasks);
-    if (ec != std::errc{} || p == part.data()) return std::nullopt;
+    if (ec != std::errc{} || p == part.data()) {
+      return std::nullopt;
+    }
     const std::string_view rest(p, static_cast<std::size_t>(part.data() + part.size() - p));
     if (!rest.empty()) {
-      if (rest.size() < 4 || rest.substr(0, 2) != "(x" || rest.back() != ')') return std::nullopt;
+      if (rest.size() < 4 || rest.substr(0, 2) != "(x" || rest.back() != ')') {
+        return std::nullopt;
+      }
       const std::string_view n = rest.substr(2, rest.size() - 3);
       const auto [q, ec2] = std::from_chars(n.data(), n.data() + n.size(), repeat);
-      if (ec2 != std::errc{} || q != n.data() + n.size() || repeat == 0) return std::nullopt;
+      if (ec2 != std::errc{} || q != n.data() + n.size() || repeat == 0) {
+        return std::nullopt;
+      }
     }
-    if (!found && node - seen < repeat && node >= seen) found = tasks;
+    if (!found && node - seen < repeat && node >= seen) {
+      found = tasks;
+    }
     seen += repeat;
-    if (comma == std::string_view::npos) return found;
+    if (comma == std::string_view::npos) {
+      return found;
+    }
     s = s.substr(comma + 1);
   }
 }
@@ -124,25 +140,37 @@ inline std::optional<std::uint64_t> tasks_on_node(std::string_view s, std::uint6
 inline void rendezvous_from(const env_reader& env, rank_info& r, bool required) {
   const std::optional<std::string> host = text(env, "MASTER_ADDR");
   if (!host) {
-    if (required) refuse(r.from, "MASTER_ADDR is not set (rank 0's host, where the rendezvous is served)");
-    if (env("MASTER_PORT") != nullptr) refuse(r.from, "MASTER_PORT is set but MASTER_ADDR is not");
+    if (required) {
+      refuse(r.from, "MASTER_ADDR is not set (rank 0's host, where the rendezvous is served)");
+    }
+    if (env("MASTER_PORT") != nullptr) {
+      refuse(r.from, "MASTER_PORT is set but MASTER_ADDR is not");
+    }
     return;
   }
-  if (host->empty()) refuse(r.from, "MASTER_ADDR is empty");
+  if (host->empty()) {
+    refuse(r.from, "MASTER_ADDR is empty");
+  }
   r.rendezvous_host = *host;
   r.rendezvous_port = static_cast<std::uint16_t>(number(env, r.from, "MASTER_PORT", 65535));
-  if (r.rendezvous_port == 0) refuse(r.from, "MASTER_PORT=0 is not a port to meet at");
+  if (r.rendezvous_port == 0) {
+    refuse(r.from, "MASTER_PORT=0 is not a port to meet at");
+  }
 }
 
 }  // namespace detail
 
 inline void rank_info::check() const {
-  if (size == 0) detail::refuse(from, "the job has 0 ranks");
+  if (size == 0) {
+    detail::refuse(from, "the job has 0 ranks");
+  }
   if (rank >= size) {
     detail::refuse(from,
                    "rank " + std::to_string(rank) + " is not below the job's size " + std::to_string(size));
   }
-  if (local_size == 0) detail::refuse(from, "0 ranks on this host");
+  if (local_size == 0) {
+    detail::refuse(from, "0 ranks on this host");
+  }
   if (local_rank >= local_size) {
     detail::refuse(from, "local rank " + std::to_string(local_rank) +
                              " is not below the ranks on this host, " + std::to_string(local_size));
@@ -188,16 +216,19 @@ inline void rank_info::check() const {
     r.local_rank = static_cast<std::uint32_t>(detail::number(env, r.from, "SLURM_LOCALID", most - 1));
     const std::uint64_t node = detail::number(env, r.from, "SLURM_NODEID", most - 1);
     const std::optional<std::string> per_node = detail::text(env, "SLURM_STEP_TASKS_PER_NODE");
-    if (!per_node) detail::refuse(r.from, "SLURM_STEP_TASKS_PER_NODE is not set (run inside srun)");
+    if (!per_node) {
+      detail::refuse(r.from, "SLURM_STEP_TASKS_PER_NODE is not set (run inside srun)");
+    }
     const std::optional<std::uint64_t> here = detail::tasks_on_node(*per_node, node);
     if (!here) {
       detail::refuse(r.from, "SLURM_STEP_TASKS_PER_NODE=\"" + *per_node + "\" names no node " +
                                  std::to_string(node) +
                                  " (SLURM_NODEID) in the form N or N(xK), comma-separated");
     }
-    if (*here > most)
+    if (*here > most) {
       detail::refuse(r.from,
                      "SLURM_STEP_TASKS_PER_NODE gives node " + std::to_string(node) + " too many tasks");
+    }
     r.local_size = static_cast<std::uint32_t>(*here);
     r.nodelist = detail::text(env, "SLURM_STEP_NODELIST").value_or("");
     detail::rendezvous_from(env, r, false);

@@ -90,7 +90,9 @@ struct pmix_infos {
   pmix_infos(pmix_infos&&) = delete;
   pmix_infos& operator=(pmix_infos&&) = delete;
   ~pmix_infos() {
-    for (pmix_info_t& i : items) PMIx_Value_destruct(&i.value);
+    for (pmix_info_t& i : items) {
+      PMIx_Value_destruct(&i.value);
+    }
   }
 };
 
@@ -98,7 +100,9 @@ struct pmix_infos {
 // or a negative number.
 inline std::optional<std::uint64_t> pmix_number(const pmix_value_t& v) noexcept {
   auto non_negative = [](std::int64_t x) -> std::optional<std::uint64_t> {
-    if (x < 0) return std::nullopt;
+    if (x < 0) {
+      return std::nullopt;
+    }
     return static_cast<std::uint64_t>(x);
   };
   switch (v.type) {
@@ -132,6 +136,7 @@ public:
   //! PMIX_RANK are set, as mpirun and srun --mpi=pmix set them); calls no
   //! PMIx function.
   [[nodiscard]] static bool launched_by_pmix() noexcept {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
     return std::getenv("PMIX_NAMESPACE") != nullptr && std::getenv("PMIX_RANK") != nullptr;
   }
 
@@ -147,7 +152,9 @@ public:
     }
     const pmix_status_t s = PMIx_Init(&me_, nullptr, 0);
     if (s != PMIX_SUCCESS) {
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
       const char* ns = std::getenv("PMIX_NAMESPACE");
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): read at set-up; rdx never sets the environment
       const char* rank = std::getenv("PMIX_RANK");
       rdx::detail::throw_rdx(errc::operation_failed,
                              "rdx::group::pmix_session (rank " + std::string(rank != nullptr ? rank : "?") +
@@ -235,11 +242,14 @@ public:
           where() + "exchange: a timeout of " + std::to_string(timeout.count()) + " ms; give at least 1 ms");
     }
     const std::chrono::seconds whole = std::chrono::ceil<std::chrono::seconds>(timeout);
-    const int seconds = whole.count() > 86400 * 365 ? 86400 * 365 : static_cast<int>(whole.count());
+    const int seconds =
+        whole.count() > std::int64_t{86400} * 365 ? 86400 * 365 : static_cast<int>(whole.count());
 
     // PMIx_Put copies the value; the copy here only spares a cast of const away.
     std::vector<char> bytes(mine.size());
-    if (!mine.empty()) std::memcpy(bytes.data(), mine.data(), mine.size());
+    if (!mine.empty()) {
+      std::memcpy(bytes.data(), mine.data(), mine.size());
+    }
     pmix_value_t v{};
     v.type = PMIX_BYTE_OBJECT;
     v.data.bo.bytes = bytes.data();
@@ -255,7 +265,7 @@ public:
 
     detail::pmix_infos<2> fence_info;
     const bool collect = true;
-    const pmix_status_t l0 = PMIx_Info_load(&fence_info.items[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    const pmix_status_t l0 = PMIx_Info_load(fence_info.items.data(), PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
     const pmix_status_t l1 = PMIx_Info_load(&fence_info.items[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
     if (l0 != PMIX_SUCCESS || l1 != PMIX_SUCCESS) {
       fail(errc::operation_failed,
@@ -304,14 +314,18 @@ public:
       }
       const pmix_byte_object_t& bo = owned->data.bo;
       table[p].resize(bo.size);
-      if (bo.size != 0) std::memcpy(table[p].data(), bo.bytes, bo.size);
+      if (bo.size != 0) {
+        std::memcpy(table[p].data(), bo.bytes, bo.size);
+      }
     }
     return table;
   }
 
 private:
   void finalize() noexcept {
-    if (std::exchange(active_, false)) (void)PMIx_Finalize(nullptr, 0);
+    if (std::exchange(active_, false)) {
+      (void)PMIx_Finalize(nullptr, 0);
+    }
   }
 
   [[nodiscard]] std::string where() const { return detail::pmix_where(nspace(), me_.rank); }

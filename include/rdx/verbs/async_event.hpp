@@ -147,8 +147,11 @@ struct async_event {
   //! "QP_ACCESS_ERR on queue pair 18: the peer's request broke ..." into out, cut to fit and
   //! NUL-terminated. @return the characters written.
   std::size_t describe(std::span<char> out) const noexcept {
-    if (out.empty()) return 0;
-    const std::string_view n = to_string(type), m = explain(type);
+    if (out.empty()) {
+      return 0;
+    }
+    const std::string_view n = to_string(type);
+    const std::string_view m = explain(type);
     int r = 0;
     if (about_queue_pair()) {
       r = std::snprintf(out.data(), out.size(), "%.*s on queue pair %u: %.*s", static_cast<int>(n.size()),
@@ -194,10 +197,12 @@ public:
   //! read() when no owner read in the last millisecond: a busy loop costs the
   //! descriptor at most one system call a millisecond however many owners look.
   std::size_t read_due(std::chrono::steady_clock::time_point now) noexcept {
-    const std::int64_t t = now.time_since_epoch().count(),
-                       every = std::chrono::steady_clock::duration(std::chrono::milliseconds(1)).count();
+    const std::int64_t t = now.time_since_epoch().count();
+    const std::int64_t every = std::chrono::steady_clock::duration(std::chrono::milliseconds(1)).count();
     std::int64_t last = last_read_.load(std::memory_order_relaxed);
-    if (t - last < every || !last_read_.compare_exchange_strong(last, t, std::memory_order_relaxed)) return 0;
+    if (t - last < every || !last_read_.compare_exchange_strong(last, t, std::memory_order_relaxed)) {
+      return 0;
+    }
     return read();
   }
   //! Events read so far: the sequence of the newest. Changes only when read() finds one (no lock).
@@ -208,7 +213,8 @@ public:
   template <class Claims>
   std::size_t take_if(std::uint64_t after, Claims&& mine, std::span<async_event> out) noexcept {
     std::lock_guard<std::mutex> lock(m_);
-    std::size_t n = 0, kept = 0;
+    std::size_t n = 0;
+    std::size_t kept = 0;
     for (std::size_t i = 0; i < held_; ++i) {
       const async_event& e = log_[i];
       if (n < out.size() && e.sequence > after && mine(e)) {
@@ -240,13 +246,17 @@ public:
   //! The latest event of port p (1 to max_ports), if any came.
   [[nodiscard]] std::optional<async_event> last_port_event(std::uint8_t p) const noexcept {
     std::lock_guard<std::mutex> lock(m_);
-    if (p == 0 || p > max_ports || ports_[p - 1].sequence == 0) return std::nullopt;
+    if (p == 0 || p > max_ports || ports_[p - 1].sequence == 0) {
+      return std::nullopt;
+    }
     return ports_[p - 1];
   }
   //! The DEVICE_FATAL event, if the device reported one.
   [[nodiscard]] std::optional<async_event> device_fatal() const noexcept {
     std::lock_guard<std::mutex> lock(m_);
-    if (fatal_.sequence == 0) return std::nullopt;
+    if (fatal_.sequence == 0) {
+      return std::nullopt;
+    }
     return fatal_;
   }
   //! Events held now, waiting for an owner.
@@ -262,10 +272,14 @@ public:
 
 private:
   std::size_t read_locked() noexcept {
-    if (ctx_ == nullptr) return 0;
+    if (ctx_ == nullptr) {
+      return 0;
+    }
     if (!nonblocking_) {
       const int fl = ::fcntl(ctx_->async_fd, F_GETFL);
-      if (fl < 0 || ::fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK) != 0) return 0;  // never block
+      if (fl < 0 || ::fcntl(ctx_->async_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        return 0;  // never block
+      }
       nonblocking_ = true;
     }
     std::size_t n = 0;
@@ -293,7 +307,9 @@ private:
 
   void keep(const async_event& e) noexcept {
     if (e.about_port()) {
-      if (e.port >= 1 && e.port <= max_ports) ports_[e.port - 1] = e;
+      if (e.port >= 1 && e.port <= max_ports) {
+        ports_[e.port - 1] = e;
+      }
       return;
     }
     if (e.type == IBV_EVENT_DEVICE_FATAL) {

@@ -66,11 +66,15 @@ public:
 private:
   dma_buf(int fd, bool owned) noexcept : fd_(fd), owned_(owned) {}
   static int checked(int fd, const char* who) {
-    if (fd < 0) detail::throw_rdx(errc::invalid_argument, std::string(who) + ": fd " + std::to_string(fd));
+    if (fd < 0) {
+      detail::throw_rdx(errc::invalid_argument, std::string(who) + ": fd " + std::to_string(fd));
+    }
     return fd;
   }
   void reset() noexcept {
-    if (owned_ && fd_ >= 0) ::close(fd_);
+    if (owned_ && fd_ >= 0) {
+      ::close(fd_);
+    }
     fd_ = -1;
   }
   int fd_ = -1;

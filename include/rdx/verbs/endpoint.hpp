@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -75,16 +76,15 @@ inline constexpr int max_mtu_enum = IBV_MTU_4096;
 
 //! True when the GID is all zero (an InfiniBand endpoint addressed by LID only).
 [[nodiscard]] inline bool gid_is_zero(const ibv_gid& g) noexcept {
-  for (auto b : g.raw) {
-    if (b != 0) return false;
-  }
-  return true;
+  return std::ranges::all_of(g.raw, [](std::uint8_t b) { return b == 0; });
 }
 
 //! A GID in IPv6 text form ("::ffff:10.77.0.1", "fe80::...").
 [[nodiscard]] inline std::string to_string(const ibv_gid& g) {
   char buf[INET6_ADDRSTRLEN] = {};
-  if (::inet_ntop(AF_INET6, g.raw, buf, sizeof buf) == nullptr) return "?";
+  if (::inet_ntop(AF_INET6, g.raw, buf, sizeof buf) == nullptr) {
+    return "?";
+  }
   return buf;
 }
 

@@ -22,6 +22,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -102,7 +103,7 @@ namespace detail {
 //! "64 KiB", "1.5 GiB".
 inline std::string bytes_text(std::uint64_t n) {
   const char* unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
+  auto v = static_cast<double>(n);
   int u = 0;
   while (v >= 1024 && u < 4) {
     v /= 1024;
@@ -116,9 +117,13 @@ inline std::string bytes_text(std::uint64_t n) {
 //! Why a registration of `length` bytes failed with err, in words: for ENOMEM
 //! and EPERM under a finite RLIMIT_MEMLOCK, the limit and how to raise it.
 inline std::string registration_hint(int err, std::size_t length) {
-  if (err != ENOMEM && err != EPERM) return {};
+  if (err != ENOMEM && err != EPERM) {
+    return {};
+  }
   rlimit l{};
-  if (::getrlimit(RLIMIT_MEMLOCK, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return doctor_hint("memlock");
+  if (::getrlimit(RLIMIT_MEMLOCK, &l) != 0 || l.rlim_cur == RLIM_INFINITY) {
+    return doctor_hint("memlock");
+  }
   return "; the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is " + bytes_text(l.rlim_cur) +
          " and a registration pins what it covers (" + bytes_text(length) +
          " here, plus what this process has registered already) unless the process has CAP_IPC_LOCK: raise "
@@ -170,11 +175,14 @@ public:
   //! of ibv_reg_dmabuf_mr otherwise.
   memory_region(const protection_domain& pd, const dma_buf& buf, std::uint64_t offset, std::size_t length,
                 std::uint64_t iova, access rights = access::local_write) {
-    if (has(rights, access::remote_write) || has(rights, access::remote_atomic))
+    if (has(rights, access::remote_write) || has(rights, access::remote_atomic)) {
       rights |= access::local_write;
+    }
     const std::string what = std::to_string(length) + " bytes at offset " + std::to_string(offset) +
                              " of dma-buf fd " + std::to_string(buf.fd()) + ", iova " + std::to_string(iova);
-    if (length == 0) detail::throw_rdx(errc::invalid_argument, "memory_region(dma_buf): zero bytes");
+    if (length == 0) {
+      detail::throw_rdx(errc::invalid_argument, "memory_region(dma_buf): zero bytes");
+    }
     const std::size_t size = buf.size();
     if (offset > size || length > size - offset) {
       detail::throw_rdx(
@@ -189,7 +197,7 @@ public:
       if (err == EOPNOTSUPP || err == ENOTSUP || err == EPROTONOSUPPORT || err == ENOSYS) {
         throw error(errc::unsupported,
                     "ibv_reg_dmabuf_mr on " + what + ": " + dev + " cannot register dma-buf (" +
-                        std::strerror(err) +
+                        std::generic_category().message(err) +
                         " from its provider library or kernel driver; rdma-core 34 and kernel 5.12 are "
                         "needed too, and Soft-RoCE and siw never can): register host memory instead and "
                         "stage through it (rdx::cuda::gpu_region does for GPU memory), or use a NIC whose "

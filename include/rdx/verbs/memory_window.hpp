@@ -36,7 +36,9 @@ public:
     }
     h_ = detail::make_shared_verbs(mw, &::ibv_dealloc_mw, "ibv_dealloc_mw", {pd.shared_handle()});
     rkey_ = mw->rkey;
-    if (type == mw_type::type2) next_rkey_ = detail::fresh_window_key(rkey_);
+    if (type == mw_type::type2) {
+      next_rkey_ = detail::fresh_window_key(rkey_);
+    }
   }
 
   //! The ibv_mw, still owned by this object.

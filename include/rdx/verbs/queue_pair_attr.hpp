@@ -160,9 +160,13 @@ struct connect_options {
   std::string s = "ACK timeout " + ms(o.ack_timeout()) + " (code " + std::to_string(o.timeout) + "), " +
                   std::to_string(o.retry_cnt) + " retries: an unanswered request fails after " + ms(window) +
                   " to " + ms(window * 4);
-  if (o.retry_cnt == 7) s += " (on Soft-RoCE retry_cnt 7 retries forever)";
+  if (o.retry_cnt == 7) {
+    s += " (on Soft-RoCE retry_cnt 7 retries forever)";
+  }
   s += "; RNR timer " + ms(o.rnr_timer()) + " (code " + std::to_string(o.min_rnr_timer) + ")";
-  if (o.min_rnr_timer == 0) s += " (code 0 is the longest wait, not the shortest)";
+  if (o.min_rnr_timer == 0) {
+    s += " (code 0 is the longest wait, not the shortest)";
+  }
   s += o.rnr_retry == 7 ? ", RNR retries forever" : ", " + std::to_string(o.rnr_retry) + " RNR retries";
   return s;
 }

@@ -136,6 +136,7 @@ public:
   }
   registration_cache(const registration_cache&) = delete;
   registration_cache& operator=(const registration_cache&) = delete;
+  ~registration_cache() = default;
 
   //! A registration covering [addr, addr + len) with at least rights: a cached one, else a new
   //! registration of the page-rounded range (merged with overlapping entries).
@@ -268,7 +269,8 @@ private:
     }
     // Overlapping entries go; the new registration spans them too unless that is too large.
     auto over = overlapping(b, e);
-    std::uintptr_t mb = b, me = e;
+    std::uintptr_t mb = b;
+    std::uintptr_t me = e;
     access mr = rights;
     std::size_t over_bytes = 0;
     for (auto it : over) {
@@ -282,7 +284,8 @@ private:
     }
     // Idle entries to evict, least recently used first, until the new one fits.
     std::vector<index_t::iterator> victims;
-    std::size_t n = stats_.entries - over.size(), bytes = stats_.bytes - over_bytes;
+    std::size_t n = stats_.entries - over.size();
+    std::size_t bytes = stats_.bytes - over_bytes;
     for (auto l = lru_.rbegin();
          l != lru_.rend() && (n + 1 > attr_.max_entries || bytes + (me - mb) > attr_.max_bytes); ++l) {
       auto it = index_.find((*l)->begin);

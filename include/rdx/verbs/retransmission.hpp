@@ -24,7 +24,9 @@ inline constexpr std::uint8_t max_ack_timeout_code = 31;
 //! The wait one local ACK timeout code stands for: 4.096 us x 2^code; code 0
 //! means "no timeout" (never retransmit) and reads as zero here.
 [[nodiscard]] constexpr std::chrono::nanoseconds ack_timeout_of(std::uint8_t code) noexcept {
-  if (code == 0 || code > max_ack_timeout_code) return std::chrono::nanoseconds{0};
+  if (code == 0 || code > max_ack_timeout_code) {
+    return std::chrono::nanoseconds{0};
+  }
   return std::chrono::nanoseconds{std::int64_t{4096} << code};
 }
 
@@ -39,7 +41,9 @@ inline constexpr std::uint8_t max_ack_timeout_code = 31;
                           " ns: give a positive time (a zero code would turn retransmission off)");
   }
   for (std::uint8_t c = 1; c <= max_ack_timeout_code; ++c) {
-    if (ack_timeout_of(c) >= at_least) return c;
+    if (ack_timeout_of(c) >= at_least) {
+      return c;
+    }
   }
   detail::throw_rdx(
       errc::invalid_argument,
@@ -57,7 +61,9 @@ inline constexpr std::array<std::uint32_t, 32> rnr_timer_10us{
 //! The RNR NAK delay a `min_rnr_timer` code asks of a sender: 0.01 ms (code 1)
 //! up to 491.52 ms (code 31); code 0 is the longest, 655.36 ms.
 [[nodiscard]] constexpr std::chrono::nanoseconds rnr_timer_of(std::uint8_t code) noexcept {
-  if (code >= detail::rnr_timer_10us.size()) return std::chrono::nanoseconds{0};
+  if (code >= detail::rnr_timer_10us.size()) {
+    return std::chrono::nanoseconds{0};
+  }
   return std::chrono::nanoseconds{std::int64_t{detail::rnr_timer_10us[code]} * 10000};
 }
 
@@ -69,10 +75,15 @@ inline constexpr std::array<std::uint32_t, 32> rnr_timer_10us{
     detail::throw_rdx(errc::invalid_argument, "RNR timer of " + std::to_string(at_least.count()) +
                                                   " ns: give a positive time (0.01 ms to 655.36 ms)");
   }
-  for (std::uint8_t c = 1; c < detail::rnr_timer_10us.size(); ++c) {
-    if (rnr_timer_of(c) >= at_least) return c;
+  for (std::size_t c = 1; c < detail::rnr_timer_10us.size(); ++c) {
+    const auto code = static_cast<std::uint8_t>(c);
+    if (rnr_timer_of(code) >= at_least) {
+      return code;
+    }
   }
-  if (rnr_timer_of(0) >= at_least) return 0;
+  if (rnr_timer_of(0) >= at_least) {
+    return 0;
+  }
   detail::throw_rdx(errc::invalid_argument,
                     "RNR timer of " + std::to_string(at_least.count()) +
                         " ns is beyond the longest the verbs can express (655.36 ms, code 0)");

@@ -22,7 +22,9 @@ public:
   bool post_in_order(Post&& post, Posted&& posted) noexcept {
     while (!ops_.empty()) {
       operation& op = *ops_.front();
-      if (!post(op)) return false;
+      if (!post(op)) {
+        return false;
+      }
       ops_.erase(op);
       posted(op);
     }

@@ -61,9 +61,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-namespace rdx {
-
-namespace detail {
+namespace rdx::detail {
 
 // Kinds of send-queue records (sq_record::kind); 0 is the engine's own cover or probe.
 enum : std::uint8_t {
@@ -104,13 +102,14 @@ public:
       worker_->signal_stop();
     } else if (wake_fd_ >= 0) {
       const std::uint64_t one = 1;
-      (void)!::write(wake_fd_, &one, sizeof one);
+      // Fails only when the counter is full: the reader is woken already.
+      (void)(::write(wake_fd_, &one, sizeof one) < 0);
     }
   }
 
   // --- used by windows and channels (posting.hpp) -----------------------------
 
-  void fail_now(operation& op, std::error_code ec) noexcept;
+  static void fail_now(operation& op, std::error_code ec) noexcept;
   void start_rdma(operation& op) noexcept;
   void start_atomic(operation& op) noexcept;
   void start_send(operation& op, const void* data, std::size_t bytes) noexcept;
@@ -169,12 +168,16 @@ protected:
   }
   [[nodiscard]] std::uint64_t signaled_count() const noexcept {
     std::uint64_t n = 0;
-    for (const auto& q : sqs_) n += q.signaled_count();
+    for (const auto& q : sqs_) {
+      n += q.signaled_count();
+    }
     return n;
   }
   [[nodiscard]] std::uint64_t posted_count() const noexcept {
     std::uint64_t n = 0;
-    for (const auto& q : sqs_) n += q.posted_count();
+    for (const auto& q : sqs_) {
+      n += q.posted_count();
+    }
     return n;
   }
   [[nodiscard]] pacing_state pacing() const noexcept {
@@ -183,7 +186,9 @@ protected:
   }
   [[nodiscard]] std::uint64_t send_doorbells() const noexcept {
     std::uint64_t n = 0;
-    for (const auto& q : sqs_) n += q.doorbells();
+    for (const auto& q : sqs_) {
+      n += q.doorbells();
+    }
     return n;
   }
   // Every queue pair's posting held while f runs (connection::batch).
@@ -320,7 +325,7 @@ protected:
   [[gnu::noinline, gnu::cold]] inline void explain_failure() noexcept;
   void write_device_text() noexcept;
   void look_at_device(std::chrono::steady_clock::time_point now) noexcept;
-  [[nodiscard]] bool usable(operation& op) noexcept;
+  [[nodiscard]] bool usable(operation& op) const noexcept;
   [[nodiscard]] op_fifo& fifo_of(op_list l) noexcept {
     switch (l) {
       case op_list::receives: return receives_;
@@ -330,14 +335,13 @@ protected:
     }
   }
   [[nodiscard]] bool sends_outstanding() const noexcept {
-    for (const auto& q : sqs_) {
-      if (q.outstanding() != 0) return true;
-    }
-    return false;
+    return std::ranges::any_of(sqs_, [](const send_queue& q) { return q.outstanding() != 0; });
   }
   // A deferred send's staging buffer goes back to the free list.
   void release_slot(op_params& p) noexcept {
-    if (p.slot != no_slot) slots_.give_staging(std::exchange(p.slot, no_slot));
+    if (p.slot != no_slot) {
+      slots_.give_staging(std::exchange(p.slot, no_slot));
+    }
   }
   [[nodiscard]] bool something_waits() const noexcept {
     return !receives_.empty() || !notifications_.empty() || !deferred_.empty();
@@ -384,5 +388,4 @@ protected:
   void revoke_grants() noexcept;
 };
 
-}  // namespace detail
-}  // namespace rdx
+}  // namespace rdx::detail

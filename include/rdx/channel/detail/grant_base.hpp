@@ -70,7 +70,9 @@ public:
       s += "an exact registration (the device has no type 2 memory windows, or it was asked for): the key "
            "works on every queue pair of the protection domain";
     }
-    if (revoked_) s += ", revoked";
+    if (revoked_) {
+      s += ", revoked";
+    }
     return s;
   }
 

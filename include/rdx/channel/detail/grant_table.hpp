@@ -26,6 +26,7 @@ public:
   }
   grant_table(const grant_table&) = delete;
   grant_table& operator=(const grant_table&) = delete;
+  ~grant_table() = default;
 
   //! Whether the device has type 2 memory windows (else grants are exact registrations).
   [[nodiscard]] bool windows_supported() const noexcept { return windows_supported_; }
@@ -38,25 +39,43 @@ public:
   // Lists g; the rights every queue pair must allow, g's included.
   access add(grant_base& g) noexcept {
     g.next_ = head_;
-    if (head_ != nullptr) head_->prev_ = &g;
+    if (head_ != nullptr) {
+      head_->prev_ = &g;
+    }
     head_ = &g;
-    if (!g.first_qp_only_) granted_ |= g.rights_;
+    if (!g.first_qp_only_) {
+      granted_ |= g.rights_;
+    }
     return access::remote_write | granted_;
   }
   void remove(grant_base& g) noexcept {
-    if (g.prev_ != nullptr) g.prev_->next_ = g.next_;
-    if (g.next_ != nullptr) g.next_->prev_ = g.prev_;
-    if (head_ == &g) head_ = g.next_;
+    if (g.prev_ != nullptr) {
+      g.prev_->next_ = g.next_;
+    }
+    if (g.next_ != nullptr) {
+      g.next_->prev_ = g.prev_;
+    }
+    if (head_ == &g) {
+      head_ = g.next_;
+    }
     g.prev_ = g.next_ = nullptr;
   }
   // A grant moved from `from` to `to` (which has from's links already).
   void moved(const grant_base& from, grant_base& to) noexcept {
-    if (to.prev_ != nullptr) to.prev_->next_ = &to;
-    if (to.next_ != nullptr) to.next_->prev_ = &to;
-    if (head_ == &from) head_ = &to;
+    if (to.prev_ != nullptr) {
+      to.prev_->next_ = &to;
+    }
+    if (to.next_ != nullptr) {
+      to.next_->prev_ = &to;
+    }
+    if (head_ == &from) {
+      head_ = &to;
+    }
   }
   void revoke_all() noexcept {
-    while (head_ != nullptr) head_->revoke();
+    while (head_ != nullptr) {
+      head_->revoke();
+    }
   }
 
   //! Keeps the peer's key for each of nqp queue pairs of a window; the index
@@ -67,7 +86,9 @@ public:
                                             std::to_string(keys.size()) +
                                             " queue pairs, the connection has " + std::to_string(nqp));
     }
-    if (std::all_of(keys.begin(), keys.end(), [&](std::uint32_t k) { return k == keys[0]; })) return no_slot;
+    if (std::all_of(keys.begin(), keys.end(), [&](std::uint32_t k) { return k == keys[0]; })) {
+      return no_slot;
+    }
     const auto index = static_cast<std::uint32_t>(peer_keys_.size() / nqp);
     peer_keys_.insert(peer_keys_.end(), keys.begin(), keys.end());
     return index;

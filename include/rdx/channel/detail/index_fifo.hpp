@@ -45,7 +45,9 @@ struct rx_entry {
 // Links the receives chain[order[0]] .. chain[order[n - 1]] (n > 0) into
 // one list in that order, for one ibv_post_recv or ibv_post_srq_recv.
 inline recv_wr& link_receives(recv_wr* chain, const std::uint32_t* order, std::uint32_t n) noexcept {
-  for (std::uint32_t k = 0; k + 1 < n; ++k) chain[order[k]].native().next = &chain[order[k + 1]].native();
+  for (std::uint32_t k = 0; k + 1 < n; ++k) {
+    chain[order[k]].native().next = &chain[order[k + 1]].native();
+  }
   chain[order[n - 1]].native().next = nullptr;
   return chain[order[0]];
 }
@@ -54,7 +56,9 @@ inline recv_wr& link_receives(recv_wr* chain, const std::uint32_t* order, std::u
 [[nodiscard]] inline std::uint32_t receives_before(const recv_wr* chain, const std::uint32_t* order,
                                                    std::uint32_t n, const ibv_recv_wr* bad) noexcept {
   std::uint32_t k = 0;
-  while (k < n && &chain[order[k]].native() != bad) ++k;
+  while (k < n && &chain[order[k]].native() != bad) {
+    ++k;
+  }
   return k;
 }
 

@@ -31,8 +31,12 @@ public:
   // 7 means "retry forever" for rnr_retry (IBTA) and, in Soft-RoCE, for
   // retry_cnt too: a connection's waits must end, so both become 6.
   [[nodiscard]] static connect_options with_bounded_retries(connect_options o) noexcept {
-    if (o.rnr_retry == 7) o.rnr_retry = 6;
-    if (o.retry_cnt == 7) o.retry_cnt = 6;
+    if (o.rnr_retry == 7) {
+      o.rnr_retry = 6;
+    }
+    if (o.retry_cnt == 7) {
+      o.retry_cnt = 6;
+    }
     return o;
   }
   // How long the watchdog lets a queue pair await a completion.
@@ -64,7 +68,9 @@ public:
       idle_since_ = now;
       return false;
     }
-    if (now - idle_since_ < keepalive) return false;
+    if (now - idle_since_ < keepalive) {
+      return false;
+    }
     idle_since_ = now;
     return true;
   }
@@ -86,7 +92,9 @@ public:
   // --- the rdma_cm link ---
   // True when the link was last looked at 1 ms or more before now (and it is looked at now).
   [[nodiscard]] bool link_due(clock::time_point now) noexcept {
-    if (now - link_checked_ < std::chrono::milliseconds(1)) return false;
+    if (now - link_checked_ < std::chrono::milliseconds(1)) {
+      return false;
+    }
     link_checked_ = now;
     return true;
   }

@@ -49,7 +49,9 @@ inline void op_fifo::push(operation& op) noexcept {
 
 inline operation* op_fifo::pop() noexcept {
   operation* op = head_;
-  if (op != nullptr) erase(*op);
+  if (op != nullptr) {
+    erase(*op);
+  }
   return op;
 }
 

@@ -35,10 +35,14 @@ namespace rdx::detail {
 
 //! The bounds and gains of a pacing_window; the defaults are rdx's.
 struct pacing_limits {
-  std::uint64_t min_chunk = 64 * 1024;            //!< smallest chunk and smallest window, 4 KiB multiple
-  std::uint64_t max_chunk = 1024 * 1024;          //!< largest chunk, 4 KiB multiple
-  std::uint64_t max_window = 64 * 1024 * 1024;    //!< most bytes in flight
-  std::uint64_t initial_window = 256 * 1024;      //!< bytes in flight before any completion
+  // 64-bit, so that the defaults below are computed in 64 bits.
+  static constexpr std::uint64_t kib = 1024;
+  static constexpr std::uint64_t mib = 1024 * kib;
+
+  std::uint64_t min_chunk = 64 * kib;             //!< smallest chunk and smallest window, 4 KiB multiple
+  std::uint64_t max_chunk = mib;                  //!< largest chunk, 4 KiB multiple
+  std::uint64_t max_window = 64 * mib;            //!< most bytes in flight
+  std::uint64_t initial_window = 256 * kib;       //!< bytes in flight before any completion
   std::uint32_t target_percent = 50;              //!< target = base + base x this / 100 ...
   std::chrono::nanoseconds target_floor{50'000};  //!< ... or base + this, whichever is larger
   std::uint32_t max_decrease_percent = 50;        //!< the most one decrease takes
@@ -65,7 +69,9 @@ public:
   //! at most a quarter of the window, and at most max_chunk.
   [[nodiscard]] std::uint64_t chunk() const noexcept {
     std::uint64_t c = l_.min_chunk;
-    while (c <= l_.max_chunk / 2 && c * 2 <= window_ / 4) c *= 2;
+    while (c <= l_.max_chunk / 2 && c * 2 <= window_ / 4) {
+      c *= 2;
+    }
     return c;
   }
   [[nodiscard]] phase current_phase() const noexcept { return phase_; }
@@ -91,14 +97,18 @@ public:
   //! that were queued ahead of it, say) while `rtt` spaces the decreases.
   void on_completion(std::uint64_t bytes, std::chrono::nanoseconds delay, std::chrono::nanoseconds now,
                      std::chrono::nanoseconds rtt) noexcept {
-    if (bytes == 0) return;
+    if (bytes == 0) {
+      return;
+    }
     const std::int64_t t = std::max<std::int64_t>(delay.count(), 1);
     const unsigned c = class_of(bytes);
     // Judged against the base before this sample (a first chunk of a size
     // has its base estimated from the nearest size), then learned from.
     const std::int64_t b = base_of(c, bytes);
     learn(c, t);
-    if (b == none) return on_time(bytes);  // the first chunk of all: nothing to judge it by
+    if (b == none) {
+      return on_time(bytes);  // the first chunk of all: nothing to judge it by
+    }
     const auto base = static_cast<std::uint64_t>(std::max<std::int64_t>(b, 1));
     // The delay against the base, in thousandths, smoothed by 1/8 a sample:
     // one slow completion among many (a scheduler's hiccup) is not news, one
@@ -148,18 +158,24 @@ private:
   // Size classes by powers of two above min_chunk: 0 for up to min_chunk.
   unsigned class_of(std::uint64_t bytes) const noexcept {
     unsigned c = 0;
-    for (std::uint64_t s = l_.min_chunk; s < bytes && c + 1 < classes; s *= 2) ++c;
+    for (std::uint64_t s = l_.min_chunk; s < bytes && c + 1 < classes; s *= 2) {
+      ++c;
+    }
     return c;
   }
   std::uint64_t class_bytes(unsigned c) const noexcept { return l_.min_chunk << c; }
   // The base of class c, or one scaled from the nearest class that has one
   // (by size: an estimate until a chunk of this class completes).
   std::int64_t base_of(unsigned c, std::uint64_t bytes) const noexcept {
-    if (base_[c] != none) return base_[c];
+    if (base_[c] != none) {
+      return base_[c];
+    }
     for (unsigned d = 1; d < classes; ++d) {
       for (int sign : {-1, 1}) {
         const int k = static_cast<int>(c) + sign * static_cast<int>(d);
-        if (k < 0 || k >= static_cast<int>(classes) || base_[static_cast<unsigned>(k)] == none) continue;
+        if (k < 0 || k >= static_cast<int>(classes) || base_[static_cast<unsigned>(k)] == none) {
+          continue;
+        }
         return static_cast<std::int64_t>(mul_div(static_cast<std::uint64_t>(base_[static_cast<unsigned>(k)]),
                                                  std::max(bytes, l_.min_chunk),
                                                  class_bytes(static_cast<unsigned>(k))));
@@ -168,14 +184,22 @@ private:
     return none;
   }
   void learn(unsigned c, std::int64_t t) noexcept {
-    if (base_[c] == none || t < base_[c]) base_[c] = t;
-    if (epoch_min_[c] == none || t < epoch_min_[c]) epoch_min_[c] = t;
-    if (++seen_ < l_.epoch) return;
+    if (base_[c] == none || t < base_[c]) {
+      base_[c] = t;
+    }
+    if (epoch_min_[c] == none || t < epoch_min_[c]) {
+      epoch_min_[c] = t;
+    }
+    if (++seen_ < l_.epoch) {
+      return;
+    }
     // Epoch over: the base becomes the shortest time of the last epoch for
     // the classes that had completions in it.
     seen_ = 0;
     for (unsigned k = 0; k < classes; ++k) {
-      if (epoch_min_[k] != none) base_[k] = epoch_min_[k];
+      if (epoch_min_[k] != none) {
+        base_[k] = epoch_min_[k];
+      }
       epoch_min_[k] = none;
     }
   }
@@ -186,7 +210,9 @@ private:
     phase_ = phase::steady;
     // At most once per round trip: the chunks in flight when the first one
     // was late carry the same news.
-    if (last_decrease_ != none && now - last_decrease_ < rtt) return;
+    if (last_decrease_ != none && now - last_decrease_ < rtt) {
+      return;
+    }
     last_decrease_ = now;
     ++decreases_;
     smooth_ = 1000;  // the news is taken: what comes after is judged afresh
@@ -204,10 +230,14 @@ private:
   // a x b / d, saturating instead of overflowing.
   static std::uint64_t mul_div(std::uint64_t a, std::uint64_t b, std::uint64_t d) noexcept {
     constexpr std::uint64_t top = std::numeric_limits<std::uint64_t>::max();
-    if (d == 0) return top;
+    if (d == 0) {
+      return top;
+    }
     const std::uint64_t q = a / d;
     const std::uint64_t r = a % d;  // a x b / d = q x b + r x b / d
-    if (b != 0 && q > top / b) return top;
+    if (b != 0 && q > top / b) {
+      return top;
+    }
     const std::uint64_t whole = q * b;
     const std::uint64_t part =
         (r != 0 && b > top / r) ? static_cast<std::uint64_t>(static_cast<long double>(r) * b / d) : r * b / d;
@@ -238,7 +268,9 @@ public:
   };
   explicit paced_chunks(std::uint32_t depth) {
     std::uint64_t n = 1;
-    while (n < std::uint64_t{depth} + 1) n *= 2;
+    while (n < std::uint64_t{depth} + 1) {
+      n *= 2;
+    }
     ring_ = std::make_unique<entry[]>(n);
     mask_ = n - 1;
   }

@@ -98,11 +98,16 @@ public:
       repost_[queued_] = i;
       credit_[queued_++] = nullptr;
     }
-    for (std::uint32_t i = 0; i < staging_count(a); ++i) free_stage_.push(i);
-    if (std::error_code ec = flush()) throw error(ec, "worker: posting its receive pool");
+    for (std::uint32_t i = 0; i < staging_count(a); ++i) {
+      free_stage_.push(i);
+    }
+    if (std::error_code ec = flush()) {
+      throw error(ec, "worker: posting its receive pool");
+    }
   }
   receive_pool(const receive_pool&) = delete;
   receive_pool& operator=(const receive_pool&) = delete;
+  ~receive_pool() = default;
 
   [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
   [[nodiscard]] std::uint32_t buffer_size() const noexcept { return stride_; }
@@ -142,11 +147,15 @@ public:
   // still had goes back to the free count. Its buffers come back as they
   // are reposted.
   void retire(pool_share& s) noexcept {
-    if (!s.active) return;
+    if (!s.active) {
+      return;
+    }
     s.active = false;
     // A peer that overran has none left (its overrun was counted as it came).
     const auto out = static_cast<std::int32_t>(s.out());
-    if (out > 0) avail_ += out;
+    if (out > 0) {
+      avail_ += out;
+    }
     drop(s);
   }
   // A message of s arrived in buffer i. False: beyond its credits.
@@ -171,7 +180,9 @@ public:
   // Posts every queued buffer with one ibv_post_srq_recv, then gives their
   // credits (grants: the connections whose count moved, next_granted).
   [[nodiscard]] std::error_code flush() noexcept {
-    if (queued_ == 0) return no_error();
+    if (queued_ == 0) {
+      return no_error();
+    }
     const std::uint32_t n = std::exchange(queued_, 0);
     ibv_recv_wr* bad = nullptr;
     ++doorbells_;
@@ -183,11 +194,17 @@ public:
       ++avail_;
       if (pool_share* s = credit_[k]) {
         ++s->returned;
-        if (s->active) give_back(*s);
+        if (s->active) {
+          give_back(*s);
+        }
       }
     }
-    if (hungry_ != nullptr && avail_ > 0) serve_hungry();
-    if (rc == 0) return no_error();
+    if (hungry_ != nullptr && avail_ > 0) {
+      serve_hungry();
+    }
+    if (rc == 0) {
+      return no_error();
+    }
     // Those not posted stay out of the pool (the worker's connections fail).
     return {rc > 0 ? rc : EINVAL, std::generic_category()};
   }
@@ -224,7 +241,9 @@ private:
   }
   static std::uint32_t check(const protection_domain& pd, const receive_pool_attr& a) {
     const std::string obj = "worker: receive pool on " + pd.device_context().name() + ": ";
-    if (a.buffer_size == 0) throw_rdx(errc::invalid_argument, obj + "buffer_size = 0, need at least 1");
+    if (a.buffer_size == 0) {
+      throw_rdx(errc::invalid_argument, obj + "buffer_size = 0, need at least 1");
+    }
     if (a.buffers > (1u << 24)) {
       throw_rdx(errc::invalid_argument, obj + "buffers = " + std::to_string(a.buffers) + ", at most 2^24");
     }
@@ -244,12 +263,18 @@ private:
   // it to those waiting.
   void give_back(pool_share& s) noexcept {
     const std::uint32_t share = s.share();
-    if (hungry_ != nullptr && share >= s.depth) return;  // serve_hungry() has it
+    if (hungry_ != nullptr && share >= s.depth) {
+      return;  // serve_hungry() has it
+    }
     const std::uint32_t room = share >= s.cap() ? 0 : s.cap() - share;
     const std::uint32_t want = std::min<std::uint32_t>(room, share < s.depth ? s.depth - share + 1 : 2);
     const std::uint32_t n = grantable(s, want);
-    if (n != 0) grant(s, n);
-    if (n < want) wait_in_turn(s);
+    if (n != 0) {
+      grant(s, n);
+    }
+    if (n < want) {
+      wait_in_turn(s);
+    }
   }
   // Of want credits for s: those that bring it back to its recv_depth come
   // from any free buffer; those beyond (growth) only from above the reserve.
@@ -257,13 +282,17 @@ private:
     const std::uint32_t share = s.share();
     const std::int64_t restore = share < s.depth ? std::min(want, s.depth - share) : 0;
     const std::int64_t free = std::max<std::int64_t>(avail_, 0);
-    if (free <= restore) return static_cast<std::uint32_t>(free);
+    if (free <= restore) {
+      return static_cast<std::uint32_t>(free);
+    }
     const std::int64_t grow = std::clamp<std::int64_t>(avail_ - restore - reserve_, 0, want - restore);
     return static_cast<std::uint32_t>(restore + grow);
   }
   // s joins the end of the hungry list (once).
   void wait_in_turn(pool_share& s) noexcept {
-    if (s.hungry) return;
+    if (s.hungry) {
+      return;
+    }
     s.hungry = true;
     if (hungry_tail_ != nullptr) {
       hungry_tail_->next_hungry = &s;
@@ -277,27 +306,39 @@ private:
     while (hungry_ != nullptr && avail_ > 0) {
       pool_share& h = *hungry_;
       hungry_ = h.next_hungry;
-      if (hungry_ == nullptr) hungry_tail_ = nullptr;
+      if (hungry_ == nullptr) {
+        hungry_tail_ = nullptr;
+      }
       h.next_hungry = nullptr;
       h.hungry = false;
-      if (!h.active || h.share() >= h.cap()) continue;
+      if (!h.active || h.share() >= h.cap()) {
+        continue;
+      }
       if (grantable(h, 1) == 0) {  // growth, and the free buffers are down to the reserve
         wait_in_turn(h);
         break;
       }
       grant(h, 1);
-      if (h.share() < h.cap()) wait_in_turn(h);
+      if (h.share() < h.cap()) {
+        wait_in_turn(h);
+      }
     }
   }
   static void unlist(pool_share*& head, pool_share*& tail, pool_share& s, pool_share* pool_share::*next,
                      bool pool_share::*flag) noexcept {
-    if (!(s.*flag)) return;
+    if (!(s.*flag)) {
+      return;
+    }
     s.*flag = false;
     pool_share* prev = nullptr;
     for (pool_share* p = head; p != nullptr; prev = p, p = p->*next) {
-      if (p != &s) continue;
+      if (p != &s) {
+        continue;
+      }
       (prev != nullptr ? prev->*next : head) = s.*next;
-      if (tail == &s) tail = prev;
+      if (tail == &s) {
+        tail = prev;
+      }
       s.*next = nullptr;
       return;
     }

@@ -41,12 +41,17 @@ public:
       base_ = own_->data();
       lkey_ = own_->region().lkey();
       stride_ = message_size;
-      for (std::uint32_t i = 0; i < 2 * recv_depth; ++i) own_free_.push(i);
+      for (std::uint32_t i = 0; i < 2 * recv_depth; ++i) {
+        own_free_.push(i);
+      }
     }
-    for (std::uint32_t i = 0; i < atomic_count; ++i) free_atomics_.push(i);
+    for (std::uint32_t i = 0; i < atomic_count; ++i) {
+      free_atomics_.push(i);
+    }
   }
   send_slots(const send_slots&) = delete;  // free_ may point into itself
   send_slots& operator=(const send_slots&) = delete;
+  ~send_slots() = default;
 
   // --- staging ---
   [[nodiscard]] bool staging_empty() const noexcept { return free_->empty(); }

@@ -123,7 +123,8 @@ public:
     stop_requests_.fetch_add(1, std::memory_order_release);
     if (wake_fd_ >= 0) {
       const std::uint64_t one = 1;
-      (void)!::write(wake_fd_, &one, sizeof one);
+      // Fails only when the counter is full: the reader is woken already.
+      (void)(::write(wake_fd_, &one, sizeof one) < 0);
     }
   }
   // What an application's descriptor (worker::watch) names in the epoll set: no connection.
@@ -147,8 +148,12 @@ private:
   [[nodiscard, gnu::always_inline]] engine* find(std::uint32_t key) const noexcept {
     for (std::size_t i = home(key);; i = (i + 1) & mask_) {
       const slot& s = table_[i];
-      if (s.key == key) return s.e;
-      if (s.key == empty_key) return nullptr;
+      if (s.key == key) {
+        return s.e;
+      }
+      if (s.key == empty_key) {
+        return nullptr;
+      }
     }
   }
   void rehash(std::size_t size);
@@ -210,7 +215,9 @@ private:
 
 // A worker's state for a connection to be made on; an empty (moved-from) worker is refused.
 inline const std::shared_ptr<worker_core>& check_worker(const std::shared_ptr<worker_core>& w) {
-  if (w == nullptr) throw_rdx(errc::invalid_argument, "connection: the worker is empty (moved from)");
+  if (w == nullptr) {
+    throw_rdx(errc::invalid_argument, "connection: the worker is empty (moved from)");
+  }
   return w;
 }
 

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -29,7 +30,7 @@ inline constexpr int rej_consumer = 28;
 //! The error an unexpected event stands for, naming the peer and the step.
 [[nodiscard]] inline error event_failure(const event& e, const std::string& peer, std::string_view step) {
   const std::string at = std::string(step) + " with " + peer + ": ";
-  const std::string why = e.status < 0 ? std::string(" (") + std::strerror(-e.status) + ")" : "";
+  const std::string why = e.status < 0 ? " (" + std::generic_category().message(-e.status) + ")" : "";
   switch (e.type) {
     case RDMA_CM_EVENT_ADDR_ERROR:
       return error(errc::address_error, at + "the address resolves to no local RDMA device" + why +
@@ -76,9 +77,13 @@ public:
   //! @throws the event_failure of any other event about the ids.
   bool take(event e) {
     const auto it = std::find(ids_.begin(), ids_.end(), e.id);
-    if (it == ids_.end()) return done();  // an id this wait is not about
+    if (it == ids_.end()) {
+      return done();  // an id this wait is not about
+    }
     if (e.type != want_) {
-      if (e.type == RDMA_CM_EVENT_TIMEWAIT_EXIT) return done();
+      if (e.type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+        return done();
+      }
       throw event_failure(e, peer_, step_);
     }
     const auto i = static_cast<std::size_t>(it - ids_.begin());

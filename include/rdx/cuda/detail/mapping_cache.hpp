@@ -65,16 +65,21 @@ public:
   ~mapping() {
     device_guard_noexcept g(device_);
     if (kind_ == share_kind::legacy_ipc) {
-      if (base_ != nullptr) check_noexcept(cudaIpcCloseMemHandle(base_), "cudaIpcCloseMemHandle");
+      if (base_ != nullptr) {
+        check_noexcept(cudaIpcCloseMemHandle(base_), "cudaIpcCloseMemHandle");
+      }
       return;
     }
     const auto& a = vmm();
-    if (mapped_ && a.unmap(va_, bytes_) != CUDA_SUCCESS)
+    if (mapped_ && a.unmap(va_, bytes_) != CUDA_SUCCESS) {
       rdx::detail::log_hook_ref()("mapping: cuMemUnmap failed");
-    if (va_ != 0 && a.address_free(va_, bytes_) != CUDA_SUCCESS)
+    }
+    if (va_ != 0 && a.address_free(va_, bytes_) != CUDA_SUCCESS) {
       rdx::detail::log_hook_ref()("mapping: cuMemAddressFree failed");
-    if (handle_ != 0 && a.release(handle_) != CUDA_SUCCESS)
+    }
+    if (handle_ != 0 && a.release(handle_) != CUDA_SUCCESS) {
       rdx::detail::log_hook_ref()("mapping: cuMemRelease failed");
+    }
   }
   //! The allocation's first byte in this process (a device pointer).
   [[nodiscard]] std::byte* base() const noexcept { return base_; }
@@ -92,8 +97,14 @@ private:
       }
     }
     ~device_guard_noexcept() {
-      if (prev >= 0) (void)cudaSetDevice(prev);
+      if (prev >= 0) {
+        (void)cudaSetDevice(prev);
+      }
     }
+    device_guard_noexcept(const device_guard_noexcept&) = default;
+    device_guard_noexcept& operator=(const device_guard_noexcept&) = default;
+    device_guard_noexcept(device_guard_noexcept&&) = default;
+    device_guard_noexcept& operator=(device_guard_noexcept&&) = default;
     int prev = -1;
   };
   mapping(share_kind k, std::size_t bytes, int device) noexcept : kind_(k), bytes_(bytes), device_(device) {}

@@ -1,131 +1,59 @@
-// rdx::cuda internals: the state behind a same-host peer: its socket, its
-// copy stream and a fixed ring of CUDA events (one per copy in flight), the
-// notifications waited for and arrived, and the progress loop that polls
-// events and the socket without ever blocking. Windows and grants share it
-// (std::shared_ptr, taken at their creation), so any order of destruction is
-// safe: destroying the peer object closes it and ends what is pending.
+// rdx::cuda internals: the operations of a same-host peer over what it owns
+// (peer_resources.hpp): copies queued with their events, notifications
+// waited for and sent, bounded awaits, the set-up waits, and the progress
+// loop that polls events and the socket without ever blocking. Windows and
+// grants share it (std::shared_ptr, taken at their creation), so any order of
+// destruction is safe: destroying the peer object closes it and ends what is
+// pending.
 #pragma once
 
 #include <rdx/cuda/check.hpp>
 #include <rdx/cuda/detail/mapping_cache.hpp>
 #include <rdx/cuda/detail/op_node.hpp>
+#include <rdx/cuda/detail/peer_resources.hpp>
 #include <rdx/cuda/detail/unix_socket.hpp>
-#include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/same_host_types.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <deque>
 #include <memory>
-#include <optional>
-#include <vector>
+#include <string>
+#include <system_error>
+#include <utility>
 
-namespace rdx::cuda {
+#include <unistd.h>
 
-//! A copy of bytes from src to dst queued on stream s (device pointers of this process); returns
-//! its launch status. rdx/cuda/sm_copy.cuh's sm_copy copies with a kernel.
-using copy_fn = cudaError_t (*)(void* dst, const void* src, std::size_t bytes, cudaStream_t s) noexcept;
+namespace rdx::cuda::detail {
 
-//! Settings of a same-host peer.
-struct same_host_options {
-  int device = -1;            //!< the CUDA device that runs this side's copies; -1: the current one
-  std::uint32_t depth = 128;  //!< copies in flight at most (one CUDA event each)
-  copy_fn copier = nullptr;   //!< nullptr: cudaMemcpyAsync (the copy engines); else e.g. sm_copy
-  std::uint32_t max_unread_notifications = 4096;   //!< more arrived and unread fail the peer
-  std::chrono::milliseconds setup_timeout{10000};  //!< bound of each set-up wait
-};
-
-namespace detail {
-
-struct received_grant {
-  frame f;
-  unique_fd fd;
-};
-
-class peer_state : public std::enable_shared_from_this<peer_state> {
+class peer_state : public peer_resources, public std::enable_shared_from_this<peer_state> {
 public:
   //! Takes a connected socket, makes the stream and events, says hello. Throws before anything
   //! is left behind.
-  peer_state(unique_fd sock, const same_host_options& o) : sock_(std::move(sock)), opt_(o) {
-    if (opt_.depth == 0 || opt_.depth > 65536) {
-      rdx::detail::throw_rdx(errc::invalid_argument,
-                             "same_host_options::depth " + std::to_string(opt_.depth) + " (1 to 65536)");
-    }
-    if (opt_.max_unread_notifications == 0) {
-      rdx::detail::throw_rdx(errc::invalid_argument, "same_host_options::max_unread_notifications 0");
-    }
-    opt_.device = o.device < 0 ? current_device() : o.device;
-    if (opt_.device >= device_count()) {
-      rdx::detail::throw_rdx(errc::invalid_argument,
-                             "same_host_options::device " + std::to_string(opt_.device) +
-                                 ": this process sees " + std::to_string(device_count()) + " CUDA devices");
-    }
-    device_guard g(opt_.device);
-    stream_.emplace();
-    events_.reserve(opt_.depth);
-    slots_.resize(opt_.depth);
-    for (auto& s : slots_) {
-      s.ev = events_.emplace_back().native_handle();
-    }
-    arrived_.resize(opt_.max_unread_notifications);
-    me_.boot_id = read_boot_id();
-    me_.pid = static_cast<std::int64_t>(::getpid());
-    me_.process_token = process_token();
-    const int n = device_count();
-    for (int d = 0; d < n && d < static_cast<int>(max_frame_gpus); ++d) {
-      cudaDeviceProp p{};
-      RDX_CUDA_TRY(cudaGetDeviceProperties(&p, d));
-      gpu_uuid u{};
-      std::memcpy(u.data(), &p.uuid, u.size());
-      me_.gpus.push_back(u);
-    }
-    me_.device = static_cast<std::uint32_t>(opt_.device);
-    const frame h = hello_frame(me_);
-    if (const int e = send_frame(sock_.get(), &h, sizeof h); e != 0) {
-      errno = e;
-      throw_errno("sendmsg", "(hello to the same-host peer)");
-    }
-  }
-  peer_state(const peer_state&) = delete;
-  peer_state& operator=(const peer_state&) = delete;
-  //! Lets every queued copy finish before the events and the stream go.
-  ~peer_state() {
-    if (stream_) {
-      check_noexcept(cudaStreamSynchronize(stream_->native_handle()), "cudaStreamSynchronize");
-    }
-  }
-
-  [[nodiscard]] const same_host_options& options() const noexcept { return opt_; }
-  void set_copier(copy_fn f) noexcept { opt_.copier = f; }
-  [[nodiscard]] const host_facts& me() const noexcept { return me_; }
-  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_->native_handle(); }
-  [[nodiscard]] int socket() const noexcept { return sock_.get(); }
-  [[nodiscard]] bool has_peer_facts() const noexcept { return peer_.has_value(); }
-  [[nodiscard]] const host_facts& peer() const noexcept { return *peer_; }
-  //! Empty while operations may start; else why not.
-  [[nodiscard]] std::error_code usable() const noexcept {
-    if (closed_) return make_error_code(errc::operation_aborted);
-    if (failure_) return failure_;
-    return {};
-  }
-  [[nodiscard]] bool revoked(std::uint64_t id) const noexcept {
-    return std::find(revoked_.begin(), revoked_.end(), id) != revoked_.end();
-  }
+  peer_state(unique_fd sock, const same_host_options& o) : peer_resources(std::move(sock), o) {}
 
   //! Queues a copy and its event; the operation ends when progress finds the event done.
   void start_copy(op_node& op, void* dst, const void* src, std::size_t n, const mapping* m, bool notify,
                   std::uint32_t tag, std::uint64_t grant) noexcept {
-    if (std::error_code ec = usable()) return fail_now(op, ec);
-    if (count_ == slots_.size()) (void)progress();
-    if (count_ == slots_.size()) return fail_now(op, make_error_code(errc::limit_exceeded));
-    const cudaStream_t s = stream();
+    if (std::error_code ec = usable()) {
+      return fail_now(op, ec);
+    }
+    if (count_ == slots_.size()) {
+      (void)progress();
+    }
+    if (count_ == slots_.size()) {
+      return fail_now(op, make_error_code(errc::limit_exceeded));
+    }
+    cudaStream_t s = stream();
     cudaError_t e = opt_.copier != nullptr ? opt_.copier(dst, src, n, s)
                                            : cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
     const std::size_t i = (head_ + count_) % slots_.size();
-    if (e == cudaSuccess) e = cudaEventRecord(slots_[i].ev, s);
+    if (e == cudaSuccess) {
+      e = cudaEventRecord(slots_[i].ev, s);
+    }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       (void)cudaStreamSynchronize(s);  // nothing of this copy may run on after it failed
@@ -145,7 +73,9 @@ public:
       --unread_;
       return end_now(op, {});
     }
-    if (std::error_code ec = usable()) return fail_now(op, ec);
+    if (std::error_code ec = usable()) {
+      return fail_now(op, ec);
+    }
     op.st = this;
     op.done = false;
     op.prev = tail_;
@@ -155,7 +85,9 @@ public:
   }
   //! Sends a notification at once (no write before it).
   void start_notify(op_node& op, std::uint32_t tag) noexcept {
-    if (std::error_code ec = usable()) return fail_now(op, ec);
+    if (std::error_code ec = usable()) {
+      return fail_now(op, ec);
+    }
     frame f;
     f.type = frame_type::notify;
     f.tag = tag;
@@ -163,14 +95,16 @@ public:
     end_now(op, e == 0 ? std::error_code{}
                        : make_error_code(e == EAGAIN ? errc::limit_exceeded : errc::peer_disconnected));
   }
-  void fail_now(op_node& op, std::error_code ec) noexcept { end_now(op, ec); }
+  static void fail_now(op_node& op, std::error_code ec) noexcept { end_now(op, ec); }
 
   //! One pass: frames from the socket, finished copies, deadlines and stops. Never blocks.
   //! @return operations ended.
   std::size_t progress() noexcept {
     std::shared_ptr<peer_state> keep;  // taken only when a coroutine resumes (it may drop the last owner)
     std::size_t n = 0;
-    if (head_op_ != nullptr || (++tick_ & 63) == 0) read_frames(keep);
+    if (head_op_ != nullptr || (++tick_ & 63) == 0) {
+      read_frames(keep);
+    }
     bool read = false;
     while (count_ > 0) {
       slot& s = slots_[head_];
@@ -184,25 +118,37 @@ public:
         read_frames(keep);
       }
       std::error_code ec = q == cudaSuccess ? std::error_code{} : make_error_code(q);
-      if (q != cudaSuccess) (void)cudaGetLastError();
-      if (!ec && failure_) ec = failure_;
+      if (q != cudaSuccess) {
+        (void)cudaGetLastError();
+      }
+      if (!ec && failure_) {
+        ec = failure_;
+      }
       if (!ec && s.notify && !closed_) {
         frame f;
         f.type = frame_type::notify;
         f.id = s.grant;
         f.tag = s.tag;
         const int e = send_frame(sock_.get(), &f, sizeof f);
-        if (e == EAGAIN) break;  // the peer's socket buffer is full: again next time
-        if (e != 0) ec = make_error_code(errc::peer_disconnected);
+        if (e == EAGAIN) {
+          break;  // the peer's socket buffer is full: again next time
+        }
+        if (e != 0) {
+          ec = make_error_code(errc::peer_disconnected);
+        }
       }
       op_node* op = std::exchange(s.op, nullptr);
       s.map = nullptr;
       head_ = (head_ + 1) % slots_.size();
       --count_;
       ++n;
-      if (op != nullptr) finish(*op, ec, keep);
+      if (op != nullptr) {
+        finish(*op, ec, keep);
+      }
     }
-    if (bounds_ != nullptr) n += check_bounds(keep);
+    if (bounds_ != nullptr) {
+      n += check_bounds(keep);
+    }
     return n;
   }
 
@@ -230,29 +176,32 @@ public:
     for (;;) {
       std::shared_ptr<peer_state> keep;
       read_frames(keep);
-      if (pred()) return;
-      if (std::error_code ec = usable()) throw_failure(ec, what);
+      if (pred()) {
+        return;
+      }
+      if (std::error_code ec = usable()) {
+        throw_failure(ec, what);
+      }
       const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline)
+      if (now >= deadline) {
         rdx::detail::throw_rdx(errc::timed_out, std::string(what) + ": nothing from the peer in time");
+      }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
       (void)wait_readable(sock_.get(),
                           std::min(left + std::chrono::milliseconds(1), std::chrono::milliseconds(50)));
     }
   }
-  [[nodiscard]] std::optional<received_grant> take_grant() {
-    if (grants_.empty()) return std::nullopt;
-    received_grant g = std::move(grants_.front());
-    grants_.pop_front();
-    return g;
-  }
   //! Sends a set-up frame (a grant, a revoke), waiting for room up to the set-up timeout.
   void send_setup(const frame& f, int fd) {
     const auto deadline = std::chrono::steady_clock::now() + opt_.setup_timeout;
     for (;;) {
-      if (std::error_code ec = usable()) throw_failure(ec, "same-host peer");
+      if (std::error_code ec = usable()) {
+        throw_failure(ec, "same-host peer");
+      }
       const int e = send_frame(sock_.get(), &f, sizeof f, fd);
-      if (e == 0) return;
+      if (e == 0) {
+        return;
+      }
       if (e != EAGAIN || std::chrono::steady_clock::now() >= deadline) {
         errno = e;
         throw_errno("sendmsg", "(to the same-host peer)");
@@ -262,18 +211,12 @@ public:
       ::usleep(100);
     }
   }
-  //! Waits for the copies that read or write m (a window going away) to finish.
-  void drain(const mapping* m) noexcept {
-    for (std::size_t k = 0; k < count_; ++k)
-      if (slots_[(head_ + k) % slots_.size()].map == m) {
-        check_noexcept(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (window teardown)");
-        return;
-      }
-  }
   //! The peer object is going: says goodbye, ends every pending operation with
   //! errc::operation_aborted (no resume), and lets queued copies finish.
   void close() noexcept {
-    if (closed_) return;
+    if (closed_) {
+      return;
+    }
     frame f;
     f.type = frame_type::bye;
     (void)send_frame(sock_.get(), &f, sizeof f);
@@ -281,9 +224,13 @@ public:
     sock_.reset();
     for (std::size_t k = 0; k < count_; ++k) {
       slot& s = slots_[(head_ + k) % slots_.size()];
-      if (s.op != nullptr) end_pending(*s.op, make_error_code(errc::operation_aborted));
+      if (s.op != nullptr) {
+        end_pending(*s.op, make_error_code(errc::operation_aborted));
+      }
     }
-    while (head_op_ != nullptr) end_pending(*head_op_, make_error_code(errc::operation_aborted));
+    while (head_op_ != nullptr) {
+      end_pending(*head_op_, make_error_code(errc::operation_aborted));
+    }
     check_noexcept(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (peer teardown)");
     count_ = 0;
   }
@@ -293,29 +240,21 @@ public:
     b.st = this;
     b.prev = nullptr;
     b.next = bounds_;
-    if (bounds_ != nullptr) bounds_->prev = &b;
+    if (bounds_ != nullptr) {
+      bounds_->prev = &b;
+    }
     bounds_ = &b;
   }
   void unlist(bound_node& b) noexcept {
     (b.prev != nullptr ? b.prev->next : bounds_) = b.next;
-    if (b.next != nullptr) b.next->prev = b.prev;
+    if (b.next != nullptr) {
+      b.next->prev = b.prev;
+    }
     b.st = nullptr;
     b.prev = b.next = nullptr;
   }
 
 private:
-  struct slot {
-    cudaEvent_t ev = nullptr;
-    op_node* op = nullptr;
-    const mapping* map = nullptr;
-    std::uint64_t grant = 0;
-    std::uint32_t tag = 0;
-    bool notify = false;
-  };
-
-  [[noreturn]] static void throw_failure(std::error_code ec, const char* what) {
-    throw rdx::error(ec, std::string(what) + ": the peer is unusable (" + ec.message() + ")");
-  }
   static void end_now(op_node& op, std::error_code ec) noexcept {
     op.done = true;
     op.ec = ec;
@@ -332,7 +271,9 @@ private:
       op.prev = op.next = nullptr;
     }
     if (op.bounded != nullptr) {
-      if (op.bounded->st != nullptr) unlist(*op.bounded);
+      if (op.bounded->st != nullptr) {
+        unlist(*op.bounded);
+      }
       op.bounded = nullptr;
     }
   }
@@ -341,21 +282,33 @@ private:
     std::coroutine_handle<> h = op.waiter;
     end_pending(op, ec);
     if (h) {
-      if (!keep) keep = shared_from_this();
+      if (!keep) {
+        keep = shared_from_this();
+      }
       h.resume();
     }
   }
   void fail_peer(std::error_code ec, std::shared_ptr<peer_state>& keep) noexcept {
-    if (!failure_) failure_ = ec;
-    while (head_op_ != nullptr) finish(*head_op_, ec, keep);
+    if (!failure_) {
+      failure_ = ec;
+    }
+    while (head_op_ != nullptr) {
+      finish(*head_op_, ec, keep);
+    }
   }
   void read_frames(std::shared_ptr<peer_state>& keep) noexcept {
-    if (closed_ || failure_) return;
+    if (closed_ || failure_) {
+      return;
+    }
     for (int i = 0; i < 16; ++i) {
       frame f;
       frame_in in = receive_frame(sock_.get(), &f, sizeof f);
-      if (in.closed) return fail_peer(make_error_code(errc::peer_disconnected), keep);
-      if (in.bytes == 0) return;
+      if (in.closed) {
+        return fail_peer(make_error_code(errc::peer_disconnected), keep);
+      }
+      if (in.bytes == 0) {
+        return;
+      }
       if (const std::string why = frame_problem(f, in.bytes); !why.empty()) {
         rdx::detail::log_hook_ref()("same-host peer: protocol error: " + why);
         return fail_peer(make_error_code(errc::protocol_error), keep);
@@ -397,25 +350,10 @@ private:
     return n;
   }
 
-  unique_fd sock_;
-  same_host_options opt_;
-  host_facts me_;
-  std::optional<host_facts> peer_;
-  std::optional<cuda::stream> stream_;
-  std::vector<event> events_;  // declared after stream_: destroyed before it
-  std::vector<slot> slots_;
-  std::size_t head_ = 0, count_ = 0;
   op_node* head_op_ = nullptr;  // notification waiters, oldest first
   op_node* tail_ = nullptr;
-  std::vector<std::uint32_t> arrived_;
-  std::size_t first_unread_ = 0, unread_ = 0;
-  std::deque<received_grant> grants_;
-  std::vector<std::uint64_t> revoked_;
   bound_node* bounds_ = nullptr;
-  std::error_code failure_;
   unsigned tick_ = 0;
-  bool closed_ = false;
 };
 
-}  // namespace detail
-}  // namespace rdx::cuda
+}  // namespace rdx::cuda::detail

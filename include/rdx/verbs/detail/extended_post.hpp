@@ -69,6 +69,7 @@ static_assert(IBV_QP_EX_WITH_RDMA_WRITE == 1U << IBV_WR_RDMA_WRITE &&
     case IBV_WR_SEND_WITH_IMM: ::ibv_wr_send_imm(q, imm); break;
     case IBV_WR_RDMA_READ: ::ibv_wr_rdma_read(q, rkey, raddr); break;
     case IBV_WR_ATOMIC_CMP_AND_SWP: ::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare_add, swap); break;
+    // NOLINTNEXTLINE(readability-suspicious-call-argument): raddr is remote_addr, compare_add the add.
     case IBV_WR_ATOMIC_FETCH_AND_ADD: ::ibv_wr_atomic_fetch_add(q, rkey, raddr, compare_add); break;
     default: break;  // extended_carries() sent it to ibv_post_send
   }

@@ -10,6 +10,7 @@
 
 #include <rdx/channel/detail/engine.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 
@@ -18,7 +19,9 @@ namespace rdx::detail {
 // How much an event says about a failure: one that breaks a queue pair says
 // the most, one that does not (SQ_DRAINED, COMM_EST) a little.
 [[nodiscard]] inline int event_weight(const async_event& e) noexcept {
-  if (e.sequence == 0) return 0;
+  if (e.sequence == 0) {
+    return 0;
+  }
   return e.breaks_queue_pair() ? 2 : 1;
 }
 
@@ -26,7 +29,9 @@ namespace rdx::detail {
 // are reused; the kernel drops the unread events of a destroyed one).
 inline void engine::start_device_events() noexcept {
   device_events_ = ctx_.async_events();
-  if (device_events_ == nullptr) return;
+  if (device_events_ == nullptr) {
+    return;
+  }
   device_events_->read();
   events_from_ = device_events_->sequence();
   events_seen_ = events_from_;
@@ -34,10 +39,7 @@ inline void engine::start_device_events() noexcept {
 
 inline bool engine::owns_event(const async_event& e) const noexcept {
   if (e.about_queue_pair()) {
-    for (const auto& q : qps_) {
-      if (q.qp_num() == e.qp_num) return true;
-    }
-    return false;
+    return std::ranges::any_of(qps_, [&e](const queue_pair& q) { return q.qp_num() == e.qp_num; });
   }
   // A worker's queue is shared: the worker hands its CQ_ERR to every connection.
   return worker_ == nullptr && e.type == IBV_EVENT_CQ_ERR && e.handle == cq_.native_handle();
@@ -47,25 +49,37 @@ inline bool engine::owns_event(const async_event& e) const noexcept {
 // new ones (an atomic load otherwise), and a DEVICE_FATAL.
 inline void engine::take_device_events() noexcept {
   const std::uint64_t seq = device_events_->sequence();
-  if (seq == events_seen_) return;
+  if (seq == events_seen_) {
+    return;
+  }
   events_seen_ = seq;
   std::array<async_event, 8> got{};
   std::size_t n = 0;
   do {
     n = device_events_->take_if(
         events_from_, [this](const async_event& e) { return owns_event(e); }, got);
-    for (std::size_t i = 0; i < n; ++i) on_device_event(got[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+      on_device_event(got[i]);
+    }
   } while (n == got.size());
-  if (auto f = device_events_->device_fatal(); f && f->sequence > events_from_) on_device_event(*f);
+  if (auto f = device_events_->device_fatal(); f && f->sequence > events_from_) {
+    on_device_event(*f);
+  }
 }
 
 inline void engine::on_device_event(const async_event& e) noexcept {
-  if (event_weight(e) >= event_weight(device_note_)) device_note_ = e;
+  if (event_weight(e) >= event_weight(device_note_)) {
+    device_note_ = e;
+  }
   if (!failed_) {
-    if (e.breaks_queue_pair()) fail(make_error_code(errc::device_error));
+    if (e.breaks_queue_pair()) {
+      fail(make_error_code(errc::device_error));
+    }
     return;
   }
-  if (cause_open_ && device_note_.sequence == e.sequence) write_device_text();
+  if (cause_open_ && device_note_.sequence == e.sequence) {
+    write_device_text();
+  }
 }
 
 // The first failure: the device may have said why already.
@@ -93,18 +107,23 @@ inline void engine::write_device_text() noexcept {
     said(*p);
     return;
   }
-  if (!wc_error) return;
+  if (!wc_error) {
+    return;
+  }
   // Nothing yet: an event may come after the error completion.
   cause_open_ = true;
   cause_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  if (failure_ != make_wc_error_code(IBV_WC_WR_FLUSH_ERR)) return;
+  if (failure_ != make_wc_error_code(IBV_WC_WR_FLUSH_ERR)) {
+    return;
+  }
   // A flush first: a queue pair went to error with no request of this side
   // failing (this runs before the engine moves them to error itself).
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     ibv_qp_attr a{};
     ibv_qp_init_attr init{};
-    if (::ibv_query_qp(qps_[i].native_handle(), &a, IBV_QP_STATE, &init) != 0 || a.qp_state != IBV_QPS_ERR)
+    if (::ibv_query_qp(qps_[i].native_handle(), &a, IBV_QP_STATE, &init) != 0 || a.qp_state != IBV_QPS_ERR) {
       continue;
+    }
     std::snprintf(
         device_text_, sizeof device_text_,
         "queue pair %zu (number %u) went to error with no request of this side failed and no event "
@@ -119,9 +138,15 @@ inline void engine::write_device_text() noexcept {
 // The clocks' look at the device, for a connection with its own queue (a
 // worker looks for all of its connections at once).
 inline void engine::look_at_device(std::chrono::steady_clock::time_point now) noexcept {
-  if (cause_open_ && now > cause_until_) cause_open_ = false;
-  if (worker_ != nullptr || (failed_ && !cause_open_)) return;
-  if (now - events_checked_ < std::chrono::milliseconds(1)) return;
+  if (cause_open_ && now > cause_until_) {
+    cause_open_ = false;
+  }
+  if (worker_ != nullptr || (failed_ && !cause_open_)) {
+    return;
+  }
+  if (now - events_checked_ < std::chrono::milliseconds(1)) {
+    return;
+  }
   events_checked_ = now;
   device_events_->read_due(now);
   take_device_events();
@@ -130,18 +155,26 @@ inline void engine::look_at_device(std::chrono::steady_clock::time_point now) no
 // The events of the queue pairs in the table, each handed to its connection;
 // a CQ_ERR of the shared queue and a DEVICE_FATAL to every connection.
 inline void worker_core::device_events(std::chrono::steady_clock::time_point now) noexcept {
-  if (device_events_ == nullptr) return;
+  if (device_events_ == nullptr) {
+    return;
+  }
   if (now == std::chrono::steady_clock::time_point{}) {
     device_events_->read();
   } else {
     device_events_->read_due(now);
   }
   const std::uint64_t seq = device_events_->sequence();
-  if (seq == events_seen_) return;
+  if (seq == events_seen_) {
+    return;
+  }
   events_seen_ = seq;
   auto mine = [this](const async_event& e) {
-    if (e.type == IBV_EVENT_CQ_ERR) return e.handle == cq_.native_handle();
-    if (!e.about_queue_pair()) return false;
+    if (e.type == IBV_EVENT_CQ_ERR) {
+      return e.handle == cq_.native_handle();
+    }
+    if (!e.about_queue_pair()) {
+      return false;
+    }
     const engine* x = find(e.qp_num);
     return x != nullptr && e.sequence > x->events_from_;
   };
@@ -151,7 +184,9 @@ inline void worker_core::device_events(std::chrono::steady_clock::time_point now
     n = device_events_->take_if(0, mine, got);
     for (std::size_t i = 0; i < n; ++i) {
       if (got[i].type == IBV_EVENT_CQ_ERR) {
-        for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->on_device_event(got[i]);
+        for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
+          e->on_device_event(got[i]);
+        }
       } else if (engine* e = find(got[i].qp_num); e != nullptr) {
         e->on_device_event(got[i]);
       }
@@ -159,7 +194,9 @@ inline void worker_core::device_events(std::chrono::steady_clock::time_point now
   } while (n == got.size());
   if (auto f = device_events_->device_fatal()) {
     for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
-      if (f->sequence > e->events_from_) e->on_device_event(*f);
+      if (f->sequence > e->events_from_) {
+        e->on_device_event(*f);
+      }
     }
   }
 }

@@ -12,22 +12,34 @@ template <int site>
 inline void engine::dispatch(const completion& c) noexcept {
   if ((c.wr_id() & send_queue::wr_id_tag) != 0) {
     for (auto& q : sqs_) {
-      if (q.qp_num() != c.qp_num()) continue;
+      if (q.qp_num() != c.qp_num()) {
+        continue;
+      }
       const bool was_failed = failed_;
       q.retire(c, was_failed, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
-      if (!c.ok() && !was_failed) fail(c.error());
+      if (!c.ok() && !was_failed) {
+        fail(c.error());
+      }
       return;
     }
     return;
   }
-  if (!ring_.owns(c.wr_id())) return;
+  if (!ring_.owns(c.wr_id())) {
+    return;
+  }
   const message_ring::arrival a = ring_.arrived(c);
   if (a >= message_ring::arrival::failed) [[unlikely]] {
-    if (failed_) return;
-    if (a == message_ring::arrival::overrun) return fail_overrun();
+    if (failed_) {
+      return;
+    }
+    if (a == message_ring::arrival::overrun) {
+      return fail_overrun();
+    }
     return fail(c.error());
   }
-  if (!ring_.peer_count_valid()) return fail_protocol();
+  if (!ring_.peer_count_valid()) {
+    return fail_protocol();
+  }
   deliver();
 }
 
@@ -38,26 +50,42 @@ inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
   // closing_ is set only by shut_down(), which fails the connection before
   // it polls again.
   if (r.kind <= rec_op && !failed_) {
-    if (op != nullptr) finish_part(*op, ec);
+    if (op != nullptr) {
+      finish_part(*op, ec);
+    }
     return;
   }
-  if (r.kind == rec_paced) paced_done(r.aux, ec);
-  if (r.kind == rec_staged) slots_.give_staging(r.aux);
+  if (r.kind == rec_paced) {
+    paced_done(r.aux, ec);
+  }
+  if (r.kind == rec_staged) {
+    slots_.give_staging(r.aux);
+  }
   if (r.kind == rec_atomic) {
-    if (op != nullptr && !ec) op->value_ = slots_.atomic_result(r.aux);
+    if (op != nullptr && !ec) {
+      op->value_ = slots_.atomic_result(r.aux);
+    }
     slots_.give_atomic(r.aux);
   }
   // Work flushed because the peer disconnected ends with that reason, not the flush.
   if (failed_ && failure_ == errc::peer_disconnected && ec == make_wc_error_code(IBV_WC_WR_FLUSH_ERR)) {
     ec = failure_;
   }
-  if (op != nullptr) finish_part(*op, closing_ ? make_error_code(errc::operation_aborted) : ec);
+  if (op != nullptr) {
+    finish_part(*op, closing_ ? make_error_code(errc::operation_aborted) : ec);
+  }
 }
 
 inline void engine::finish_part(operation& op, std::error_code ec) noexcept {
-  if (ec && !op.ec_) op.ec_ = ec;
-  if (op.pending_ > 0) --op.pending_;
-  if (op.pending_ == 0 && op.list_ != op_list::deferred) complete(op);
+  if (ec && !op.ec_) {
+    op.ec_ = ec;
+  }
+  if (op.pending_ > 0) {
+    --op.pending_;
+  }
+  if (op.pending_ == 0 && op.list_ != op_list::deferred) {
+    complete(op);
+  }
 }
 
 inline void engine::complete(operation& op) noexcept {
@@ -68,17 +96,23 @@ inline void engine::complete(operation& op) noexcept {
   }
   if (op.waiter_) {
     ready_.push(op);
-    if (worker_ != nullptr) worker_->mark_ready(*this);
+    if (worker_ != nullptr) {
+      worker_->mark_ready(*this);
+    }
   }
 }
 
 // Each is taken off the list first: a coroutine that polls again (nested)
 // keeps the order, and one that destroys a sibling takes it off the list.
 inline bool engine::resume_one() noexcept {
-  if (closing_ || ready_.empty()) return false;
+  if (closing_ || ready_.empty()) {
+    return false;
+  }
   operation* op = ready_.pop();
   std::coroutine_handle<> h = std::exchange(op->waiter_, {});
-  if (h) h.resume();  // op, and on a worker this connection, may be gone after this
+  if (h) {
+    h.resume();  // op, and on a worker this connection, may be gone after this
+  }
   return true;
 }
 
@@ -88,8 +122,9 @@ inline void engine::resume_ready() noexcept {
 
 inline std::chrono::steady_clock::time_point engine::earliest_deadline(
     std::chrono::steady_clock::time_point until) const noexcept {
-  for (const bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_)
+  for (const bounded_awaiter_base* a = bounded_; a != nullptr; a = a->next_) {
     until = std::min(until, a->deadline_);
+  }
   return until;
 }
 
@@ -130,7 +165,9 @@ inline void engine::deliver() noexcept {
     consume(i);
     complete(op);
   }
-  if (polling_ == 0 && ring_.queued() != 0) repost_consumed();
+  if (polling_ == 0 && ring_.queued() != 0) {
+    repost_consumed();
+  }
   if (failed_) {
     // Nothing more will arrive: waiting receives end with the failure.
     while (!receives_.empty()) {
@@ -148,7 +185,9 @@ inline void engine::deliver() noexcept {
 
 // A taken buffer, queued for its repost (repost_consumed).
 inline void engine::consume(std::uint32_t i) noexcept {
-  if (failed_) return ring_.drop(i);  // a pool's buffer goes back, without its credit
+  if (failed_) {
+    return ring_.drop(i);  // a pool's buffer goes back, without its credit
+  }
   ring_.queue_repost(i);
 }
 
@@ -161,19 +200,29 @@ inline void engine::repost_consumed() noexcept {
     ring_.flushed();
     return worker_->flush_pool();  // the pool's buffers, of every connection
   }
-  if (failed_) return;
+  if (failed_) {
+    return;
+  }
   std::uint32_t n = 0;
   const std::error_code ec = ring_.post_queued(qps_[0], n);
   ring_.count_consumed(n);
-  if (ec) return fail(ec);
-  if (ring_.report_due() && connected_) report_credits();
+  if (ec) {
+    return fail(ec);
+  }
+  if (ring_.report_due() && connected_) {
+    report_credits();
+  }
 }
 
 inline void engine::report_credits() noexcept {
   send_queue& q = sqs_[0];
-  if (!q.has_room()) return;  // no room now; progress() tries again
+  if (!q.has_room()) {
+    return;  // no room now; progress() tries again
+  }
   send_wr w = ring_.credit_report(peer_credit_);
-  if (!q.post(w, nullptr, rec_credit)) ring_.reported();
+  if (!q.post(w, nullptr, rec_credit)) {
+    ring_.reported();
+  }
 }
 
 // Deadlines, stop requests and the liveness probe; now is empty when only
@@ -193,20 +242,26 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
     a = next;
   }
   // The device's events of its queue pairs (a worker looks for its connections itself).
-  if (device_events_ != nullptr && now != std::chrono::steady_clock::time_point{}) look_at_device(now);
+  if (device_events_ != nullptr && now != std::chrono::steady_clock::time_point{}) {
+    look_at_device(now);
+  }
   if (link_ != nullptr && connected_ && !failed_ && now != std::chrono::steady_clock::time_point{} &&
       live_.link_due(now)) {
     if (std::error_code ec = link_->poll()) {
       // What the peer sent before it disconnected completed before its DREQ
       // left (a responder completes, then acknowledges): deliver it first.
       poll_once();
-      if (failed_) return;
+      if (failed_) {
+        return;
+      }
       std::snprintf(failure_text_, sizeof failure_text_, "%s sent DISCONNECTED (rdma_cm)", link_->peer());
       fail(ec);
       return;
     }
   }
-  if (now == std::chrono::steady_clock::time_point{}) return;
+  if (now == std::chrono::steady_clock::time_point{}) {
+    return;
+  }
   // Work posted unsignaled last (a credit report behind another, say) makes
   // no completion until covered: a loop that only calls progress() never
   // covers, and such a request would keep the probe from being sent and the
@@ -214,16 +269,22 @@ inline void engine::housekeeping(std::chrono::steady_clock::time_point now) noex
   cover_all();
   if (attr_.stall_timeout.count() > 0 && connected_ && !failed_) {
     check_stall(now);
-    if (failed_) return;
+    if (failed_) {
+      return;
+    }
   }
-  if (attr_.keepalive.count() == 0) return;
+  if (attr_.keepalive.count() == 0) {
+    return;
+  }
   // Liveness: receives (or deferred sends) wait and nothing is in flight
   // that would notice a dead peer by itself.
   if (!connected_ || failed_ || !something_waits() || sqs_[0].outstanding() != 0) {
     live_.not_idle();
     return;
   }
-  if (live_.probe_due(now, attr_.keepalive)) (void)sqs_[0].probe();
+  if (live_.probe_due(now, attr_.keepalive)) {
+    (void)sqs_[0].probe();
+  }
 }
 
 // The stall watchdog (connection_attr::stall_timeout): a queue pair awaits a
@@ -243,7 +304,9 @@ inline void engine::check_stall(std::chrono::steady_clock::time_point now) noexc
     live_.not_stalled();
     return;
   }
-  if (!live_.stalled(now, stall_bound())) return;
+  if (!live_.stalled(now, stall_bound())) {
+    return;
+  }
   // A completion that woke an event-mode sleep is not polled yet: take it first.
   if (poll_once() > 0 || failed_) {
     live_.not_stalled();
@@ -262,21 +325,33 @@ inline void engine::check_stall(std::chrono::steady_clock::time_point now) noexc
 // The first failure: every queue pair goes to error so that all posted work
 // flushes; deferred operations end now, waiting receives once nothing is left.
 inline void engine::fail(std::error_code ec) noexcept {
-  if (failed_) return;
+  if (failed_) {
+    return;
+  }
   failed_ = true;
   failure_ = ec;
   // A receive pool gives its peer no more credits; what it had goes back.
-  if (receive_pool* rp = ring_.pool()) rp->retire(ring_.share());
+  if (receive_pool* rp = ring_.pool()) {
+    rp->retire(ring_.share());
+  }
   // Before the queue pairs go to error: which one the device moved there tells why.
-  if (device_events_ != nullptr) explain_failure();
+  if (device_events_ != nullptr) {
+    explain_failure();
+  }
   // A failed connection's rdma_cm link is no longer looked at: its events must not wake the worker.
-  if (worker_ != nullptr && link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
+  if (worker_ != nullptr && link_ != nullptr) {
+    worker_->watch_fd(link_->fd(), false, this);
+  }
   to_error();
   while (!deferred_.empty()) {
     operation& op = *deferred_.pop();
     release_slot(op.p_);
-    if (!op.ec_) op.ec_ = ec;
-    if (op.pending_ == 0) complete(op);
+    if (!op.ec_) {
+      op.ec_ = ec;
+    }
+    if (op.pending_ == 0) {
+      complete(op);
+    }
   }
   deliver();
 }
@@ -308,7 +383,9 @@ inline void engine::to_error() noexcept {
     a.qp_state = IBV_QPS_ERR;
     (void)::ibv_modify_qp(q.native_handle(), &a, IBV_QP_STATE);
   }
-  for (auto& q : sqs_) (void)q.cover();
+  for (auto& q : sqs_) {
+    (void)q.cover();
+  }
 }
 
 }  // namespace rdx::detail

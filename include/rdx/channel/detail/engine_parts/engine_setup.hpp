@@ -30,20 +30,28 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
       grants_(ctx_) {
   auto bad = [](const std::string& what) { throw_rdx(errc::invalid_argument, "connection: " + what); };
   const connection_attr& a = attr;
-  if (a.queue_pairs < 1 || a.queue_pairs > 64)
+  if (a.queue_pairs < 1 || a.queue_pairs > 64) {
     bad("queue_pairs = " + std::to_string(a.queue_pairs) + ", need 1 to 64");
-  if (a.send_depth < 2) bad("send_depth = " + std::to_string(a.send_depth) + ", need at least 2");
+  }
+  if (a.send_depth < 2) {
+    bad("send_depth = " + std::to_string(a.send_depth) + ", need at least 2");
+  }
   if (a.signal_interval < 1 || a.signal_interval >= a.send_depth) {
     bad("signal_interval = " + std::to_string(a.signal_interval) + ", need 1 to send_depth - 1 (" +
         std::to_string(a.send_depth - 1) + ")");
   }
-  if (a.recv_depth < 1) bad("recv_depth = 0, need at least 1");
-  if (a.message_size < 1) bad("message_size = 0, need at least 1");
+  if (a.recv_depth < 1) {
+    bad("recv_depth = 0, need at least 1");
+  }
+  if (a.message_size < 1) {
+    bad("message_size = 0, need at least 1");
+  }
   if (a.chunk_size == 0 || a.chunk_size % 4096 != 0 || a.chunk_size > (std::size_t{1} << 30)) {
     bad("chunk_size = " + std::to_string(a.chunk_size) + ", need a multiple of 4096 up to 1 GiB");
   }
-  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0 || a.stall_timeout.count() < 0)
+  if (a.keepalive.count() < 0 || a.drain_timeout.count() < 0 || a.stall_timeout.count() < 0) {
     bad("keepalive, drain_timeout and stall_timeout must not be negative");
+  }
   if (worker_ != nullptr) {
     if (worker_->device_context().native_handle() != ctx_.native_handle()) {
       bad("the protection domain is of device " + ctx_.name() + " but the worker's completion queue is of " +
@@ -56,9 +64,10 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
     thread_ = &worker_->thread();
   } else if (attr_.events) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0)
+    if (wake_fd_ < 0) {
       throw error(std::error_code(errno, std::generic_category()),
                   "connection: eventfd (stop-request wake-up)");
+    }
   }
   start_device_events();
   qps_.reserve(attr_.queue_pairs);
@@ -71,7 +80,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
     // usual path (post_rdma) stays as it is without pacing.
     chunk_ = 1;
     paced_.reserve(attr_.queue_pairs);
-    for (std::uint32_t i = 0; i < attr_.queue_pairs; ++i) paced_.emplace_back(attr_.send_depth);
+    for (std::uint32_t i = 0; i < attr_.queue_pairs; ++i) {
+      paced_.emplace_back(attr_.send_depth);
+    }
   }
   try {
     // On a worker: its queue entries reserved (or refused) before any queue
@@ -94,7 +105,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
                          .srq = i == 0 && ring_.pool() != nullptr ? &ring_.pool()->srq() : nullptr,
                          .post = attr_.post};
       qps_.emplace_back(pd, cq_, cq_, qa);
-      if (worker_ != nullptr) worker_->add_queue_pair(qps_.back().qp_num(), *this);
+      if (worker_ != nullptr) {
+        worker_->add_queue_pair(qps_.back().qp_num(), *this);
+      }
       qps_.back().to_init();
       sqs_.emplace_back(qps_.back(), attr_.send_depth, attr_.signal_interval);
       sqs_.back().watch_cover(&uncovered_);
@@ -115,7 +128,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
 
 inline connection_info engine::local_info() const {
   connection_info i;
-  for (const auto& q : qps_) i.endpoints.push_back(q.local_endpoint());
+  for (const auto& q : qps_) {
+    i.endpoints.push_back(q.local_endpoint());
+  }
   i.credit_word = {reinterpret_cast<std::uint64_t>(ring_.credit_word_address()),
                    grants_.credit().keys().at(0), 8};
   i.recv_depth = attr_.recv_depth;
@@ -125,7 +140,9 @@ inline connection_info engine::local_info() const {
 
 inline void engine::attach_link(std::unique_ptr<peer_link> l) noexcept {
   link_ = std::move(l);
-  if (worker_ != nullptr && link_ != nullptr) worker_->watch_fd(link_->fd(), true, this);
+  if (worker_ != nullptr && link_ != nullptr) {
+    worker_->watch_fd(link_->fd(), true, this);
+  }
 }
 
 inline void engine::connect(const connection_info& peer, const connect_options& opt) {
@@ -139,14 +156,22 @@ inline void engine::connect_with(const connection_info& peer, const connect_opti
                                           std::to_string(here) + " here but " + std::to_string(there) +
                                           " at the peer; both sides need the same");
   };
-  if (peer.endpoints.size() != qps_.size()) differ("queue_pairs", qps_.size(), peer.endpoints.size());
-  if (peer.recv_depth != attr_.recv_depth) differ("recv_depth", attr_.recv_depth, peer.recv_depth);
-  if (peer.message_size != attr_.message_size) differ("message_size", attr_.message_size, peer.message_size);
+  if (peer.endpoints.size() != qps_.size()) {
+    differ("queue_pairs", qps_.size(), peer.endpoints.size());
+  }
+  if (peer.recv_depth != attr_.recv_depth) {
+    differ("recv_depth", attr_.recv_depth, peer.recv_depth);
+  }
+  if (peer.message_size != attr_.message_size) {
+    differ("message_size", attr_.message_size, peer.message_size);
+  }
   if (peer.credit_word.length < 8 || peer.credit_word.addr % 8 != 0) {
     throw_rdx(errc::invalid_argument, "connection::connect: the peer's credit word is not 8 aligned bytes");
   }
   const connect_options o = liveness::with_bounded_retries(opt);
-  if (connected_) throw_rdx(errc::not_ready, "connection::connect: already connected");
+  if (connected_) {
+    throw_rdx(errc::not_ready, "connection::connect: already connected");
+  }
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     if (how) {
       how(i, qps_[i], o);

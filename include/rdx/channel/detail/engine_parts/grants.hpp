@@ -29,13 +29,19 @@ inline grant_base::grant_base(grant_base&& o) noexcept
       exact_(std::move(o.exact_)),
       rkeys_(std::move(o.rkeys_)) {
   o.exact_.reset();
-  if (eng_ != nullptr) eng_->follow_grant_move(o, *this);
+  if (eng_ != nullptr) {
+    eng_->follow_grant_move(o, *this);
+  }
 }
 
 inline void grant_base::revoke() noexcept {
-  if (revoked_) return;
+  if (revoked_) {
+    return;
+  }
   revoked_ = true;
-  if (eng_ != nullptr) std::exchange(eng_, nullptr)->detach_grant(*this);
+  if (eng_ != nullptr) {
+    std::exchange(eng_, nullptr)->detach_grant(*this);
+  }
   windows_.clear();  // ibv_dealloc_mw: the keys are invalid when it returns
   exact_.reset();
 }
@@ -44,13 +50,19 @@ inline void engine::attach_grant(grant_base& g, const memory_region& mr, const v
                                  access rights, grant_options opt) {
   thread_check::scope guard(*thread_, "granting a window");
   auto bad = [](errc e, const std::string& what) { throw_rdx(e, "grant: " + what); };
-  if (closing_) bad(errc::operation_aborted, "the connection is being destroyed");
-  if (failed_) bad(errc::operation_failed, "the connection has failed (" + failure_.message() + ")");
-  if (!mr || mr.native_handle()->pd != pd_.native_handle())
+  if (closing_) {
+    bad(errc::operation_aborted, "the connection is being destroyed");
+  }
+  if (failed_) {
+    bad(errc::operation_failed, "the connection has failed (" + failure_.message() + ")");
+  }
+  if (!mr || mr.native_handle()->pd != pd_.native_handle()) {
     bad(errc::invalid_argument, "the memory region belongs to another protection domain than the connection");
+  }
   grant_backing b = opt.backing;
-  if (b == grant_backing::automatic)
+  if (b == grant_backing::automatic) {
     b = grants_.windows_supported() ? grant_backing::memory_window : grant_backing::exact_registration;
+  }
   if (b == grant_backing::memory_window && !grants_.windows_supported()) {
     bad(errc::unsupported, "the device " + ctx_.name() +
                                " has no type 2 memory windows; ask for grant_backing::exact_registration "
@@ -116,15 +128,20 @@ inline void engine::bind_grants() {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> posted;
   auto wait = [&](const char* what, auto&& done) {
     while (!done()) {
-      if (failed_) throw error(failure_, std::string("grant: ") + what + " failed");
-      if (std::chrono::steady_clock::now() >= deadline)
+      if (failed_) {
+        throw error(failure_, std::string("grant: ") + what + " failed");
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
         throw error(errc::timed_out, std::string("grant: ") + what + " did not complete within " +
                                          std::to_string(detection_bound().count()) + " ms");
+      }
       progress();
     }
   };
   for (grant_base* g = grants_.first(); g != nullptr; g = grant_table::next(*g)) {
-    if (g->bound_) continue;
+    if (g->bound_) {
+      continue;
+    }
     for (std::uint32_t i = 0; i < g->windows_.size(); ++i) {
       send_queue& q = sqs_[i];
       wait("waiting for send-queue room to bind a memory window", [&] { return q.has_room(); });

@@ -15,7 +15,9 @@ namespace rdx::detail {
 
 inline void engine::withdraw(operation& op) noexcept {
   thread_check::scope guard(*thread_, "destroying or canceling an operation");
-  if (op.list_ != op_list::none) fifo_of(op.list_).erase(op);
+  if (op.list_ != op_list::none) {
+    fifo_of(op.list_).erase(op);
+  }
   release_slot(op.p_);
   if (op.pending_ != 0) {
     point_records(op, nullptr);
@@ -36,7 +38,9 @@ inline void engine::point_records(operation& op, operation* to) noexcept {
   }
   for (auto& q : sqs_) {
     q.for_each_outstanding([&](sq_record& r) {
-      if (r.owner == &op) r.owner = to;
+      if (r.owner == &op) {
+        r.owner = to;
+      }
     });
   }
 }
@@ -48,16 +52,26 @@ inline void engine::end_now(operation& op, std::error_code ec) noexcept {
 }
 
 inline void engine::follow_move(operation& from, operation& to) noexcept {
-  if (from.list_ != op_list::none) fifo_of(from.list_).replace(from, to);
-  if (from.pending_ != 0) point_records(from, &to);
-  if (from.bounded_ != nullptr) from.bounded_->op_ = &to;
+  if (from.list_ != op_list::none) {
+    fifo_of(from.list_).replace(from, to);
+  }
+  if (from.pending_ != 0) {
+    point_records(from, &to);
+  }
+  if (from.bounded_ != nullptr) {
+    from.bounded_->op_ = &to;
+  }
 }
 
 inline void engine::add_bounded(bounded_awaiter_base& a) noexcept {
-  if (bounded_ == nullptr && worker_ != nullptr) worker_->bounded_changed(*this, true);
+  if (bounded_ == nullptr && worker_ != nullptr) {
+    worker_->bounded_changed(*this, true);
+  }
   a.prev_ = nullptr;
   a.next_ = bounded_;
-  if (bounded_ != nullptr) bounded_->prev_ = &a;
+  if (bounded_ != nullptr) {
+    bounded_->prev_ = &a;
+  }
   bounded_ = &a;
 }
 
@@ -68,20 +82,27 @@ inline void engine::remove_bounded(bounded_awaiter_base& a) noexcept {
   } else if (bounded_ == &a) {
     bounded_ = a.next_;
   }
-  if (a.next_ != nullptr) a.next_->prev_ = a.prev_;
+  if (a.next_ != nullptr) {
+    a.next_->prev_ = a.prev_;
+  }
   a.prev_ = a.next_ = nullptr;
   a.conn_ = nullptr;
-  if (had && bounded_ == nullptr && worker_ != nullptr) worker_->bounded_changed(*this, false);
+  if (had && bounded_ == nullptr && worker_ != nullptr) {
+    worker_->bounded_changed(*this, false);
+  }
 }
 
 inline std::error_code engine::drain(std::chrono::nanoseconds timeout) noexcept {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   cover_all();
   for (unsigned spins = 0;; ++spins) {
-    if (!sends_outstanding()) return {};
+    if (!sends_outstanding()) {
+      return {};
+    }
     progress();
-    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline)
+    if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) {
       return make_error_code(errc::timed_out);
+    }
   }
 }
 
@@ -112,38 +133,55 @@ inline void engine::shut_down() noexcept {
       operation& op = *f->pop();
       release_slot(op.p_);
       op.ec_ = aborted;
-      if (op.pending_ == 0) complete(op);
+      if (op.pending_ == 0) {
+        complete(op);
+      }
     }
   }
   failed_ = true;
-  if (!failure_) failure_ = aborted;
+  if (!failure_) {
+    failure_ = aborted;
+  }
   to_error();
   // The peer hears DISCONNECTED now rather than after its retries run out.
-  if (link_ != nullptr) link_->disconnect();
+  if (link_ != nullptr) {
+    link_->disconnect();
+  }
   const auto deadline = std::chrono::steady_clock::now() + attr_.drain_timeout;
   for (unsigned spins = 0;; ++spins) {
-    if (ring_.posted() == 0 && !sends_outstanding()) break;
+    if (ring_.posted() == 0 && !sends_outstanding()) {
+      break;
+    }
     poll_once();
     if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) {
       report_destroy_failure("connection: draining its queue pairs after error (drain_timeout)", ETIMEDOUT);
       break;
     }
   }
-  for (auto& q : sqs_)
+  for (auto& q : sqs_) {
     q.retire_all(aborted, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
-  while (!ready_.empty()) ready_.pop()->waiter_ = {};
+  }
+  while (!ready_.empty()) {
+    ready_.pop()->waiter_ = {};
+  }
   // Off the worker before the queue pairs go: what they leave in the shared
   // queue is dropped, and no list of the worker points here any more.
   if (worker_ != nullptr) {
-    if (link_ != nullptr) worker_->watch_fd(link_->fd(), false, this);
+    if (link_ != nullptr) {
+      worker_->watch_fd(link_->fd(), false, this);
+    }
     worker_->remove_connection(*this);
-    if (ring_.pool() != nullptr) worker_->flush_pool();
+    if (ring_.pool() != nullptr) {
+      worker_->flush_pool();
+    }
   }
   sqs_.clear();
   nqp_ = 0;
   qps_.clear();
   link_.reset();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+  }
   wake_fd_ = -1;
 }
 

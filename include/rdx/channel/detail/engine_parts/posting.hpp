@@ -17,7 +17,7 @@ inline void engine::fail_now(operation& op, std::error_code ec) noexcept {
   op.done_ = true;
 }
 
-inline bool engine::usable(operation& op) noexcept {
+inline bool engine::usable(operation& op) const noexcept {
   if (failed_) {
     fail_now(op, make_error_code(closing_ ? errc::operation_aborted : errc::operation_failed));
     return false;
@@ -31,7 +31,9 @@ inline bool engine::usable(operation& op) noexcept {
 
 inline void engine::defer(operation& op) noexcept {
   deferred_.defer(op);
-  if (worker_ != nullptr) worker_->mark_pumping(*this);
+  if (worker_ != nullptr) {
+    worker_->mark_pumping(*this);
+  }
   // Room comes back with completions: the last posted request must make one.
   cover_all();
 }
@@ -39,7 +41,9 @@ inline void engine::defer(operation& op) noexcept {
 // Posts op now, or defers it behind those already waiting (NIC order is
 // start order).
 inline void engine::submit(operation& op) noexcept {
-  if (!deferred_.empty() || post_some(op) == post_result::blocked) defer(op);
+  if (!deferred_.empty() || post_some(op) == post_result::blocked) {
+    defer(op);
+  }
 }
 
 // A staging buffer for a send. When all are in flight, the oldest come back
@@ -53,10 +57,14 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
     (void)sqs_[0].cover();
     for (unsigned spins = 0; slots_.staging_empty() && !failed_ && sqs_[0].outstanding() != 0; ++spins) {
       poll_once();
-      if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) break;
+      if (spins % 64 == 63 && std::chrono::steady_clock::now() >= deadline) {
+        break;
+      }
     }
   }
-  if (slots_.staging_empty()) return false;
+  if (slots_.staging_empty()) {
+    return false;
+  }
   slot = slots_.take_staging();
   return true;
 }
@@ -64,15 +72,23 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 // A write or read made with its parameters (start_access::make).
 inline void engine::start_rdma(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting a window operation");
-  if (!usable(op)) return;
-  if (op.p_.length == 0) return fail_now(op, make_error_code(errc::invalid_argument));
-  if (!deferred_.empty() || post_rdma(op) == post_result::blocked) defer(op);  // submit(), without the switch
+  if (!usable(op)) {
+    return;
+  }
+  if (op.p_.length == 0) {
+    return fail_now(op, make_error_code(errc::invalid_argument));
+  }
+  if (!deferred_.empty() || post_rdma(op) == post_result::blocked) {
+    defer(op);  // submit(), without the switch
+  }
 }
 
 // A fetch_add or compare_swap made with its parameters (start_access::make).
 inline void engine::start_atomic(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting an atomic");
-  if (!usable(op)) return;
+  if (!usable(op)) {
+    return;
+  }
   submit(op);
 }
 
@@ -80,7 +96,9 @@ inline void engine::start_atomic(operation& op) noexcept {
 // message's (else op ends now with the reason).
 inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
   op.kind_ = op_kind::send;
-  if (!usable(op)) return false;
+  if (!usable(op)) {
+    return false;
+  }
   if (bytes == 0) {
     fail_now(op, make_error_code(errc::invalid_argument));
     return false;
@@ -94,7 +112,9 @@ inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
 
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
   thread_check::scope guard(*thread_, "sending");
-  if (!send_admitted(op, bytes)) return;
+  if (!send_admitted(op, bytes)) {
+    return;
+  }
   op.p_.length = bytes;  // the rest as made (start_access::make): one store, not the whole
   send_queue& q = sqs_[0];
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
@@ -105,7 +125,9 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
               .imm_data = htonl(ring_.piggyback()),
               .opcode = IBV_WR_SEND_WITH_IMM};
     op.p_.seq = q.next_seq();
-    if (std::error_code ec = q.post(w, &op, rec_op)) return fail_now(op, ec);
+    if (std::error_code ec = q.post(w, &op, rec_op)) {
+      return fail_now(op, ec);
+    }
     ring_.count_sent();
     op.pending_ = 1;
     return;
@@ -113,11 +135,14 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   // Otherwise the payload goes to a staging buffer now, so the caller's
   // memory is free once send() returns, posted now or later.
   std::uint32_t slot = 0;
-  if (!take_staging(slot))
+  if (!take_staging(slot)) {
     return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
+  }
   std::memcpy(slots_.staging(slot), data, bytes);
   op.p_.slot = slot;
-  if (!now || post_some(op) == post_result::blocked) defer(op);
+  if (!now || post_some(op) == post_result::blocked) {
+    defer(op);
+  }
 }
 
 // A send straight from registered memory: no staging copy; the memory is
@@ -125,7 +150,9 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
 inline void engine::start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
                                           std::size_t bytes) noexcept {
   thread_check::scope guard(*thread_, "sending");
-  if (!send_admitted(op, bytes)) return;
+  if (!send_admitted(op, bytes)) {
+    return;
+  }
   op.p_.laddr = laddr;  // the rest as made (start_access::make)
   op.p_.length = bytes;
   op.p_.lkey = lkey;
@@ -136,7 +163,9 @@ inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32
                                  std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept {
   thread_check::scope guard(*thread_, "notifying");
   op.kind_ = op_kind::notify;
-  if (!usable(op)) return;
+  if (!usable(op)) {
+    return;
+  }
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
   submit(op);
 }
@@ -149,7 +178,9 @@ inline void engine::start_receive(operation& op, void* dst, std::uint32_t capaci
   op.dst_capacity_ = capacity;
   op.elem_size_ = elem_size == 0 ? 1 : elem_size;
   op.exact_ = exact;
-  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  if (closing_) {
+    return fail_now(op, make_error_code(errc::operation_aborted));
+  }
   receives_.push(op);
   deliver_if_due();
 }
@@ -158,7 +189,9 @@ inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) n
   thread_check::scope guard(*thread_, "receiving");
   op.kind_ = op_kind::receive_view;
   op.elem_size_ = elem_size == 0 ? 1 : elem_size;
-  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  if (closing_) {
+    return fail_now(op, make_error_code(errc::operation_aborted));
+  }
   receives_.push(op);
   deliver_if_due();
 }
@@ -169,13 +202,17 @@ inline void engine::release_view(operation& op) noexcept {
   op.dst_ = nullptr;
   ring_.lend(i, nullptr);
   consume(i);
-  if (polling_ == 0 && ring_.queued() != 0) repost_consumed();
+  if (polling_ == 0 && ring_.queued() != 0) {
+    repost_consumed();
+  }
 }
 
 inline void engine::start_notification(operation& op) noexcept {
   thread_check::scope guard(*thread_, "waiting for a notification");
   op.kind_ = op_kind::notification;
-  if (closing_) return fail_now(op, make_error_code(errc::operation_aborted));
+  if (closing_) {
+    return fail_now(op, make_error_code(errc::operation_aborted));
+  }
   notifications_.push(op);
   deliver_if_due();
 }
@@ -191,7 +228,9 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::read: return post_rdma(op);
     case op_kind::fetch_add:
     case op_kind::compare_swap: {
-      if (slots_.atomics_empty() || !q0.has_room()) return post_result::blocked;
+      if (slots_.atomics_empty() || !q0.has_room()) {
+        return post_result::blocked;
+      }
       const std::uint32_t slot = slots_.take_atomic();
       flat_wr w{.sge = slots_.atomic_sge(slot),
                 .remote_addr = p.raddr,
@@ -209,34 +248,44 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       break;
     }
     case op_kind::send: {
-      if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
+      if (ring_.credits() == 0 || !q0.has_room()) {
+        return post_result::blocked;
+      }
       // From a staging slot, or straight from the caller's registered memory.
       const bool staged = p.slot != no_slot;
       const ibv_sge sge = staged ? slots_.staging_sge(p.slot, static_cast<std::uint32_t>(p.length))
                                  : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
       flat_wr w{.sge = sge, .imm_data = htonl(ring_.piggyback()), .opcode = IBV_WR_SEND_WITH_IMM};
-      if ((ec = q0.post(w, &op, staged ? rec_staged : rec_op, staged ? p.slot : 0))) break;
+      if ((ec = q0.post(w, &op, staged ? rec_staged : rec_op, staged ? p.slot : 0))) {
+        break;
+      }
       p.slot = no_slot;  // the record holds it now
       ring_.count_sent();
       op.pending_ = 1;
       break;
     }
     case op_kind::notify: {
-      if (ring_.credits() == 0 || !q0.has_room()) return post_result::blocked;
+      if (ring_.credits() == 0 || !q0.has_room()) {
+        return post_result::blocked;
+      }
       const remote_ptr at{p.raddr, p.rkey};
       const ibv_sge sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       send_wr w = p.length == 0 ? wr::write_imm(std::span<const ibv_sge>{}, at, p.tag)
                                 : wr::write_imm(sge, at, p.tag);
       p.seq = q0.next_seq();
-      if ((ec = q0.post(w, &op, rec_op))) break;
+      if ((ec = q0.post(w, &op, rec_op))) {
+        break;
+      }
       ring_.count_sent();
       op.pending_ = 1;
       break;
     }
     default: break;
   }
-  if (ec) return refused(op, ec);
+  if (ec) {
+    return refused(op, ec);
+  }
   return post_result::all;
 }
 
@@ -247,10 +296,14 @@ engine::post_result engine::post_rdma(operation& op) noexcept {
   op_params& p = op.p_;
   const std::uint64_t len = p.length - p.posted;
   // More than one chunk: post_chunks, one doorbell per queue pair.
-  if (len > chunk_left(p)) return post_chunks(op);
+  if (len > chunk_left(p)) {
+    return post_chunks(op);
+  }
   const std::uint32_t qi = next_qp();
   send_queue& q = sqs_[qi];
-  if (!q.has_room()) return post_result::blocked;
+  if (!q.has_room()) {
+    return post_result::blocked;
+  }
   p.qp = qi;
   p.seq = q.next_seq();
   flat_wr w = chunk_request(op, len, qi);
@@ -270,8 +323,12 @@ engine::post_result engine::post_rdma(operation& op) noexcept {
 // own; the rest fails here.
 engine::post_result engine::refused(operation& op, std::error_code ec) noexcept {
   release_slot(op.p_);
-  if (!op.ec_) op.ec_ = ec;
-  if (op.pending_ == 0) op.done_ = true;
+  if (!op.ec_) {
+    op.ec_ = ec;
+  }
+  if (op.pending_ == 0) {
+    op.done_ = true;
+  }
   return post_result::failed;
 }
 
@@ -282,7 +339,9 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
   op_params& p = op.p_;
   std::error_code ec;
   bool blocked = false;
-  for (auto& q : sqs_) q.hold();
+  for (auto& q : sqs_) {
+    q.hold();
+  }
   while (p.posted < p.length) {
     const std::uint64_t len = std::min(p.length - p.posted, pacing_ ? paced_left(p) : chunk_left(p));
     const std::uint32_t qi = next_qp();
@@ -316,22 +375,34 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
   // the operation with the error (retire), and nothing more of it is posted.
   for (auto& q : sqs_) {
     const std::error_code rec = q.release([this](const sq_record& r, std::error_code e) { retire(r, e); });
-    if (rec && !ec) ec = rec;
+    if (rec && !ec) {
+      ec = rec;
+    }
   }
-  if (!ec) return blocked ? post_result::blocked : post_result::all;
+  if (!ec) {
+    return blocked ? post_result::blocked : post_result::all;
+  }
   p.posted = p.length;
-  if (!op.ec_) op.ec_ = ec;
-  if (op.pending_ == 0) op.done_ = true;
+  if (!op.ec_) {
+    op.ec_ = ec;
+  }
+  if (op.pending_ == 0) {
+    op.done_ = true;
+  }
   return post_result::failed;
 }
 
 // A paced chunk retired (completed, flushed or never posted): its bytes
 // leave the window, and a whole chunk that completed teaches it its time.
 inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
-  if (qi >= paced_.size()) return;
+  if (qi >= paced_.size()) {
+    return;
+  }
   const paced_chunks::entry e = paced_[qi].pop();
   paced_bytes_ -= std::min(paced_bytes_, e.bytes);
-  if (ec || !e.full) return;
+  if (ec || !e.full) {
+    return;
+  }
   const std::chrono::nanoseconds now = std::chrono::steady_clock::now().time_since_epoch();
   const std::chrono::nanoseconds rtt = now - std::chrono::nanoseconds(e.posted_ns);
   // The chunk waited behind what was queued when it left: its time per its
@@ -345,12 +416,18 @@ inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
 
 // Posts deferred operations, oldest first, while they fit.
 inline void engine::pump() noexcept {
-  if (failed_) return;
-  if (!ring_.peer_count_valid()) return fail_protocol();
+  if (failed_) {
+    return;
+  }
+  if (!ring_.peer_count_valid()) {
+    return fail_protocol();
+  }
   const bool all =
       deferred_.post_in_order([this](operation& op) { return post_some(op) != post_result::blocked; },
                               [this](operation& op) {
-                                if (op.pending_ == 0) complete(op);
+                                if (op.pending_ == 0) {
+                                  complete(op);
+                                }
                               });
   if (!all) {
     cover_all();

@@ -10,15 +10,17 @@ namespace rdx::detail {
 // A connection on a worker drives the whole worker; the test is made
 // before the engine's own progress sets up its frame.
 inline int engine::progress() noexcept {
-  if (worker_ != nullptr) [[unlikely]]
+  if (worker_ != nullptr) [[unlikely]] {
     return worker_->progress();
+  }
   return progress_own();
 }
 
 // Posts what held queues keep, and they stay held: before any wait.
 inline void engine::flush_held() noexcept {
-  if (holds_ != 0) [[unlikely]]
+  if (holds_ != 0) [[unlikely]] {
     post_held(false);
+  }
 }
 
 int engine::poll_once() noexcept {
@@ -52,18 +54,28 @@ inline int engine::poll_inline() noexcept {
     ++handled;
   }
   // The buffers of every message delivered in this poll go back with one doorbell.
-  if (--polling_ == 0 && ring_.queued() != 0) repost_consumed();
+  if (--polling_ == 0 && ring_.queued() != 0) {
+    repost_consumed();
+  }
   return handled;
 }
 
 int engine::progress_own() noexcept {
   thread_check::scope guard(*thread_, "progress");
   flush_held();
-  if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) housekeeping({});
+  if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) {
+    housekeeping({});
+  }
   const int handled = poll_inline();
-  if (handled > 0) live_.activity();
-  if (!deferred_.empty()) pump();
-  if (ring_.report_due() && connected_ && !failed_) report_credits();
+  if (handled > 0) {
+    live_.activity();
+  }
+  if (!deferred_.empty()) {
+    pump();
+  }
+  if (ring_.report_due() && connected_ && !failed_) {
+    report_credits();
+  }
   // The clock is read only when something needs it (a clock read can be a
   // system call in a VM): bounded awaits every 64 calls, and the keepalive
   // every 1024 idle polls while receives or deferred operations wait.
@@ -89,9 +101,13 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
     while (!finished()) {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return make_error_code(errc::timed_out);
+      if (left.count() <= 0) {
+        return make_error_code(errc::timed_out);
+      }
       std::error_code ec = wait_event(left);
-      if (ec && ec != errc::timed_out) return ec;
+      if (ec && ec != errc::timed_out) {
+        return ec;
+      }
     }
     return result();
   }
@@ -107,13 +123,19 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
 // Only after a post that may have left a queue uncovered (send_queue::watch_cover).
 inline void engine::cover_all() noexcept {
   flush_held();
-  if (failed_ || !uncovered_.uncovered) return;
+  if (failed_ || !uncovered_.uncovered) {
+    return;
+  }
   uncovered_.uncovered = false;
   bool again = false;
   for (auto& q : sqs_) {
-    if (!q.cover()) again = true;
+    if (!q.cover()) {
+      again = true;
+    }
   }
-  if (again) uncovered_.raise();  // tried again at the next cover_all (a worker lists it again)
+  if (again) {
+    uncovered_.raise();  // tried again at the next cover_all (a worker lists it again)
+  }
 }
 
 // Holds every send queue while f runs: the requests f's operations post go
@@ -122,8 +144,12 @@ inline void engine::cover_all() noexcept {
 template <class F>
 inline void engine::batch(F&& f) {
   thread_check::scope guard(*thread_, "a batch");
-  if (holds_++ == 0 && worker_ != nullptr) worker_->holding_changed(1);
-  for (auto& q : sqs_) q.hold();
+  if (holds_++ == 0 && worker_ != nullptr) {
+    worker_->holding_changed(1);
+  }
+  for (auto& q : sqs_) {
+    q.hold();
+  }
   try {
     std::forward<F>(f)();
   } catch (...) {
@@ -138,8 +164,12 @@ inline void engine::batch(F&& f) {
 // operations' parts with its error, as a refused post does.
 void engine::post_held(bool release) noexcept {
   auto unposted = [this](const sq_record& r, std::error_code e) { retire(r, e); };
-  for (auto& q : sqs_) (void)(release ? q.release(unposted) : q.flush(unposted));
-  if (release && --holds_ == 0 && worker_ != nullptr) worker_->holding_changed(-1);
+  for (auto& q : sqs_) {
+    (void)(release ? q.release(unposted) : q.flush(unposted));
+  }
+  if (release && --holds_ == 0 && worker_ != nullptr) {
+    worker_->holding_changed(-1);
+  }
 }
 
 }  // namespace rdx::detail

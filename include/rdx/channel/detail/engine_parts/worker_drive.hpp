@@ -30,8 +30,9 @@ inline int worker_core::poll() noexcept {
     const int n = cq_.poll(std::span<completion>(buf_));
     if (n < 0) [[unlikely]] {
       // The shared queue failed: every connection on it fails.
-      for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all])
+      for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
         e->fail({-n, std::generic_category()});
+      }
       return 0;
     }
     buf_head_ = 0;
@@ -44,7 +45,9 @@ inline int worker_core::poll() noexcept {
     engine* e = find(c.qp_num());
     if (e == nullptr) [[unlikely]] {
       // A connection that left (its queue pairs are gone), or an entry its leaving blanked (0).
-      if (c.qp_num() != 0) return_stray(c);
+      if (c.qp_num() != 0) {
+        return_stray(c);
+      }
       continue;
     }
     // A send's success needs nothing at the end of the poll but its idle and
@@ -53,8 +56,9 @@ inline int worker_core::poll() noexcept {
     if ((c.wr_id() & send_queue::wr_id_tag) != 0 && c.ok()) {
       e->live_.completion_seen();
     } else if (!e->wk_touched_) {
-      if (ntouched_ == touched_.size()) [[unlikely]]
+      if (ntouched_ == touched_.size()) [[unlikely]] {
         settle_all();  // early: more doorbells, the same reposts
+      }
       e->wk_touched_ = true;
       touched_[ntouched_++] = e;
       ++e->polling_;  // its receive reposts wait for the end of this poll
@@ -63,7 +67,9 @@ inline int worker_core::poll() noexcept {
     ++e->wk_handled_;
     ++handled;
   }
-  if (--polling_ == 0) settle();
+  if (--polling_ == 0) {
+    settle();
+  }
   return handled;
 }
 
@@ -72,9 +78,12 @@ inline int worker_core::poll() noexcept {
 inline void worker_core::settle() noexcept {
   // A receive pool's buffers first (one doorbell for every connection), so
   // that the credits they bring are reported below.
-  if (pool_ && pool_->queued() != 0) [[unlikely]]
+  if (pool_ && pool_->queued() != 0) [[unlikely]] {
     flush_pool();
-  for (std::uint32_t i = 0; i < ntouched_; ++i) touched_[i]->settle();
+  }
+  for (std::uint32_t i = 0; i < ntouched_; ++i) {
+    touched_[i]->settle();
+  }
   ntouched_ = 0;
 }
 
@@ -84,22 +93,29 @@ void worker_core::settle_all() noexcept {
 
 inline void engine::settle() noexcept {
   wk_touched_ = false;
-  if (--polling_ == 0 && ring_.queued() != 0) repost_consumed();
+  if (--polling_ == 0 && ring_.queued() != 0) {
+    repost_consumed();
+  }
   live_.completion_seen();
-  if (ring_.report_due() && connected_ && !failed_) [[unlikely]]
+  if (ring_.report_due() && connected_ && !failed_) [[unlikely]] {
     report_credits();
+  }
 }
 
 int worker_core::progress() noexcept {
   thread_check::scope guard(thread_, "a worker's progress");
   if (holding_ != 0) [[unlikely]] {
-    for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->flush_held();
+    for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
+      e->flush_held();
+    }
   }
   if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) [[unlikely]] {
     stops_seen_ = stop_requests_.load(std::memory_order_acquire);
     for (engine* e = head_[wl_all]; e != nullptr;) {
       engine* next = e->wk_next_[wl_all];
-      if (e->stop_requests_.load(std::memory_order_acquire) != e->stops_seen_) e->housekeeping({});
+      if (e->stop_requests_.load(std::memory_order_acquire) != e->stops_seen_) {
+        e->housekeeping({});
+      }
       e = next;
     }
   }
@@ -108,8 +124,12 @@ int worker_core::progress() noexcept {
   // write and raise no completion, so these are looked at every time.
   for (engine* e = head_[wl_pumping]; e != nullptr;) [[unlikely]] {
       engine* next = e->wk_next_[wl_pumping];
-      if (!e->deferred_.empty()) e->pump();
-      if (e->deferred_.empty()) unlink(*e, wl_pumping);
+      if (!e->deferred_.empty()) {
+        e->pump();
+      }
+      if (e->deferred_.empty()) {
+        unlink(*e, wl_pumping);
+      }
       e = next;
     }
   // The clocks: every 1024 polls (whether busy or not, so that an idle peer
@@ -125,7 +145,9 @@ int worker_core::progress() noexcept {
       sweep_bounded(now);
     }
   }
-  if (head_[wl_ready] != nullptr) resume();
+  if (head_[wl_ready] != nullptr) {
+    resume();
+  }
   return handled;
 }
 
@@ -137,11 +159,15 @@ int worker_core::progress() noexcept {
 inline void worker_core::sweep(std::chrono::steady_clock::time_point now) noexcept {
   device_events(now);
   sweep_bounded(now);
-  if (cursor_ == nullptr) cursor_ = head_[wl_all];
+  if (cursor_ == nullptr) {
+    cursor_ = head_[wl_all];
+  }
   for (int n = 0; n < 64 && cursor_ != nullptr; ++n) {
     engine* e = cursor_;
     cursor_ = e->wk_next_[wl_all];
-    if (e->bounded_ == nullptr && e->housekeeping_due()) e->housekeeping(now);
+    if (e->bounded_ == nullptr && e->housekeeping_due()) {
+      e->housekeeping(now);
+    }
   }
 }
 
@@ -168,7 +194,9 @@ inline void worker_core::resume() noexcept {
 // --- event mode -------------------------------------------------------------------------
 
 inline std::error_code worker_core::arm() noexcept {
-  if (!channel_) return make_error_code(errc::not_ready);
+  if (!channel_) {
+    return make_error_code(errc::not_ready);
+  }
   // Only the connections that posted unsignaled since the last arm: a
   // connection whose cover is refused lists itself again, at the head, which
   // this loop has passed.
@@ -178,7 +206,9 @@ inline std::error_code worker_core::arm() noexcept {
     e->cover_all();
     e = next;
   }
-  if (std::error_code ec = cq_.arm()) return ec;
+  if (std::error_code ec = cq_.arm()) {
+    return ec;
+  }
   // Completions that came before arming raise no event: look once more.
   if (buf_head_ != buf_count_ || progress() > 0 || head_[wl_ready] != nullptr) {
     return std::make_error_code(std::errc::resource_unavailable_try_again);
@@ -187,18 +217,27 @@ inline std::error_code worker_core::arm() noexcept {
 }
 
 inline void worker_core::ack_events() noexcept {
-  if (!channel_) return;
+  if (!channel_) {
+    return;
+  }
   std::uint64_t v = 0;
-  (void)!::read(wake_fd_, &v, sizeof v);
+  // EAGAIN: no wake-up was pending.
+  (void)(::read(wake_fd_, &v, sizeof v) < 0);
   unsigned n = 0;
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
-  while (::ibv_get_cq_event(channel_->native_handle(), &cq, &ctx) == 0) ++n;
-  if (n != 0) ::ibv_ack_cq_events(cq_.native_handle(), n);
+  while (::ibv_get_cq_event(channel_->native_handle(), &cq, &ctx) == 0) {
+    ++n;
+  }
+  if (n != 0) {
+    ::ibv_ack_cq_events(cq_.native_handle(), n);
+  }
   // Neither a completion nor a stop: an rdma_cm link or the device's
   // asynchronous events, read now so that the descriptor does not stay
   // readable (one more system call, only on such a wake-up).
-  if (n == 0 && v == 0) device_events({});
+  if (n == 0 && v == 0) {
+    device_events({});
+  }
 }
 
 // How long a sleep may last: the next bounded await's deadline, a quarter
@@ -206,15 +245,22 @@ inline void worker_core::ack_events() noexcept {
 inline std::chrono::steady_clock::time_point worker_core::sleep_until(
     std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until) const noexcept {
   until = std::min(until, now + tick_);
-  if (head_[wl_pumping] != nullptr) until = std::min(until, now + std::chrono::milliseconds(1));
-  for (engine* e = head_[wl_bounded]; e != nullptr; e = e->wk_next_[wl_bounded])
+  if (head_[wl_pumping] != nullptr) {
+    until = std::min(until, now + std::chrono::milliseconds(1));
+  }
+  for (engine* e = head_[wl_bounded]; e != nullptr; e = e->wk_next_[wl_bounded]) {
     until = e->earliest_deadline(until);
+  }
   return until;
 }
 
 inline std::error_code worker_core::wait(std::chrono::milliseconds timeout) noexcept {
-  if (!channel_) return make_error_code(errc::not_ready);
-  if (progress() > 0) return {};
+  if (!channel_) {
+    return make_error_code(errc::not_ready);
+  }
+  if (progress() > 0) {
+    return {};
+  }
   if (std::error_code ec = arm()) {
     return ec == std::errc::resource_unavailable_try_again ? std::error_code{} : ec;
   }
@@ -245,7 +291,9 @@ inline std::error_code worker_core::wait(std::chrono::milliseconds timeout) noex
     sweep(after);
   }
   progress();
-  if (r < 0 && err != EINTR) return {err, std::generic_category()};
+  if (r < 0 && err != EINTR) {
+    return {err, std::generic_category()};
+  }
   return r == 0 && after >= now + timeout ? make_error_code(errc::timed_out) : std::error_code{};
 }
 

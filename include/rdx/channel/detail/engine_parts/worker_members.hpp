@@ -28,7 +28,9 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr, con
           throw_rdx(errc::invalid_argument,
                     "worker: cq_depth = " + std::to_string(depth) + ", need 0 (the device's) or more");
         }
-        if (depth == 0) depth = std::min(ctx.query_device().max_cqe, 65536);
+        if (depth == 0) {
+          depth = std::min(ctx.query_device().max_cqe, 65536);
+        }
         return completion_queue(ctx_, completion_queue_attr{.depth = depth,
                                                             .channel = channel_ ? &*channel_ : nullptr,
                                                             .comp_vector = attr.comp_vector});
@@ -61,23 +63,36 @@ inline worker_core::worker_core(const context& ctx, const worker_attr& attr, con
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (wake_fd_ < 0 || epoll_fd_ < 0) {
       const int e = errno;
-      if (wake_fd_ >= 0) ::close(wake_fd_);
-      if (epoll_fd_ >= 0) ::close(epoll_fd_);
+      if (wake_fd_ >= 0) {
+        ::close(wake_fd_);
+      }
+      if (epoll_fd_ >= 0) {
+        ::close(epoll_fd_);
+      }
       throw error(std::error_code(e, std::generic_category()), "worker: eventfd or epoll_create1");
     }
     watch_fd(channel_->fd(), true, nullptr);
     watch_fd(wake_fd_, true, nullptr);
-    if (device_events_ != nullptr) watch_fd(ctx_.native_handle()->async_fd, true, this);
+    if (device_events_ != nullptr) {
+      watch_fd(ctx_.native_handle()->async_fd, true, this);
+    }
   }
 }
 
 inline worker_core::~worker_core() {
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (epoll_fd_ >= 0) {
+    ::close(epoll_fd_);
+  }
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+  }
 }
 
+// NOLINTNEXTLINE(readability-make-member-function-const): it changes the epoll set this worker owns.
 void worker_core::watch_fd(int fd, bool on, void* owner) noexcept {
-  if (epoll_fd_ < 0 || fd < 0) return;
+  if (epoll_fd_ < 0 || fd < 0) {
+    return;
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   // An rdma_cm link's connection; this worker: the device's events; foreign_fd(): an
@@ -95,16 +110,22 @@ inline void worker_core::rehash(std::size_t size) {
   shift_ = 32 - static_cast<unsigned>(std::countr_zero(size));
   used_ = 0;
   for (const slot& s : old) {
-    if (s.key == empty_key || s.key == gone_key) continue;
+    if (s.key == empty_key || s.key == gone_key) {
+      continue;
+    }
     std::size_t i = home(s.key);
-    while (table_[i].key != empty_key) i = (i + 1) & mask_;
+    while (table_[i].key != empty_key) {
+      i = (i + 1) & mask_;
+    }
     table_[i] = s;
     ++used_;
   }
 }
 
 inline receive_pool* worker_core::pool(const protection_domain& pd, const connection_attr& attr) const {
-  if (!pool_) return nullptr;
+  if (!pool_) {
+    return nullptr;
+  }
   if (pd.native_handle() != pool_->pd()) {
     throw_rdx(errc::invalid_argument,
               "connection: the worker's receive pool is registered in another protection domain; make the "
@@ -127,14 +148,20 @@ inline void worker_core::return_stray(const completion& c) noexcept {
 }
 
 inline void worker_core::flush_pool() noexcept {
-  if (!pool_) return;
+  if (!pool_) {
+    return;
+  }
   if (std::error_code ec = pool_->flush()) [[unlikely]] {
     // Buffers the shared queue refused are lost to every peer: all fail.
-    for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) e->fail(ec);
+    for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
+      e->fail(ec);
+    }
   }
   while (pool_share* s = pool_->next_granted()) {
     auto* e = static_cast<engine*>(s->owner);
-    if (e->connected_ && !e->failed_ && e->ring_.grant_due()) e->report_credits();
+    if (e->connected_ && !e->failed_ && e->ring_.grant_due()) {
+      e->report_credits();
+    }
   }
 }
 
@@ -157,33 +184,45 @@ inline void worker_core::add_connection(engine& e, int entries) {
   link(e, wl_all);
   e.uncovered_.first = &worker_core::uncovered;
   e.uncovered_.ctx = &e;
-  if (e.uncovered_.uncovered) link(e, wl_uncovered);
+  if (e.uncovered_.uncovered) {
+    link(e, wl_uncovered);
+  }
   // The shortest keepalive or stall bound sets how often the clocks are swept.
-  if (e.attr_.keepalive.count() > 0)
+  if (e.attr_.keepalive.count() > 0) {
     tick_ = std::min(tick_, std::max(e.attr_.keepalive / 4, std::chrono::milliseconds(1)));
+  }
   if (e.attr_.stall_timeout.count() > 0) {
     tick_ = std::min(tick_, std::max(e.attr_.stall_timeout / 4, std::chrono::milliseconds(1)));
   }
 }
 
 inline void worker_core::add_queue_pair(std::uint32_t qp_num, engine& e) {
-  if ((used_ + 1) * 2 > table_.size()) rehash(std::bit_ceil((keys_ + 1) * 4));
+  if ((used_ + 1) * 2 > table_.size()) {
+    rehash(std::bit_ceil((keys_ + 1) * 4));
+  }
   std::size_t i = home(qp_num);
-  while (table_[i].key != empty_key && table_[i].key != gone_key && table_[i].key != qp_num)
+  while (table_[i].key != empty_key && table_[i].key != gone_key && table_[i].key != qp_num) {
     i = (i + 1) & mask_;
-  if (table_[i].key == empty_key) ++used_;
+  }
+  if (table_[i].key == empty_key) {
+    ++used_;
+  }
   table_[i] = slot{qp_num, &e};
   ++keys_;
 }
 
 inline void worker_core::remove_connection(engine& e) noexcept {
-  if (!e.joined_) return;
+  if (!e.joined_) {
+    return;
+  }
   e.joined_ = false;
   e.uncovered_.first = nullptr;
   for (const auto& q : e.qps_) {
     const std::uint32_t key = q.qp_num();
     for (std::size_t i = home(key);; i = (i + 1) & mask_) {
-      if (table_[i].key == empty_key) break;
+      if (table_[i].key == empty_key) {
+        break;
+      }
       if (table_[i].key == key && table_[i].e == &e) {
         table_[i] = slot{gone_key, nullptr};
         --keys_;
@@ -191,12 +230,20 @@ inline void worker_core::remove_connection(engine& e) noexcept {
       }
     }
   }
-  if (cursor_ == &e) cursor_ = e.wk_next_[wl_all];
-  for (std::uint8_t l = 0; l < wl_count; ++l) unlink(e, static_cast<worker_list>(l));
-  for (resume_frame* f = frames_; f != nullptr; f = f->up) {
-    if (f->e == &e) f->e = nullptr;
+  if (cursor_ == &e) {
+    cursor_ = e.wk_next_[wl_all];
   }
-  if (e.holds_ != 0) holding_changed(-1);
+  for (std::uint8_t l = 0; l < wl_count; ++l) {
+    unlink(e, static_cast<worker_list>(l));
+  }
+  for (resume_frame* f = frames_; f != nullptr; f = f->up) {
+    if (f->e == &e) {
+      f->e = nullptr;
+    }
+  }
+  if (e.holds_ != 0) {
+    holding_changed(-1);
+  }
   reserved_ -= e.wk_entries_;
   --attached_;
   for (std::uint32_t i = 0; i < ntouched_; ++i) {
@@ -209,7 +256,9 @@ inline void worker_core::remove_connection(engine& e) noexcept {
   // Completions of its queue pairs still in the poll buffer go nowhere.
   for (int i = buf_head_; i < buf_count_; ++i) {
     for (const auto& q : e.qps_) {
-      if (buf_[i].qp_num() != q.qp_num()) continue;
+      if (buf_[i].qp_num() != q.qp_num()) {
+        continue;
+      }
       return_stray(buf_[i]);
       buf_[i] = completion{};
     }
@@ -217,29 +266,39 @@ inline void worker_core::remove_connection(engine& e) noexcept {
 }
 
 inline void worker_core::link(engine& e, worker_list l) noexcept {
-  if (e.wk_in_[l]) return;
+  if (e.wk_in_[l]) {
+    return;
+  }
   e.wk_in_[l] = true;
   e.wk_prev_[l] = nullptr;
   e.wk_next_[l] = head_[l];
-  if (head_[l] != nullptr) head_[l]->wk_prev_[l] = &e;
+  if (head_[l] != nullptr) {
+    head_[l]->wk_prev_[l] = &e;
+  }
   head_[l] = &e;
 }
 
 inline void worker_core::unlink(engine& e, worker_list l) noexcept {
-  if (!e.wk_in_[l]) return;
+  if (!e.wk_in_[l]) {
+    return;
+  }
   e.wk_in_[l] = false;
   if (e.wk_prev_[l] != nullptr) {
     e.wk_prev_[l]->wk_next_[l] = e.wk_next_[l];
   } else {
     head_[l] = e.wk_next_[l];
   }
-  if (e.wk_next_[l] != nullptr) e.wk_next_[l]->wk_prev_[l] = e.wk_prev_[l];
+  if (e.wk_next_[l] != nullptr) {
+    e.wk_next_[l]->wk_prev_[l] = e.wk_prev_[l];
+  }
   e.wk_next_[l] = e.wk_prev_[l] = nullptr;
 }
 
 inline engine* worker_core::pop(worker_list l) noexcept {
   engine* e = head_[l];
-  if (e != nullptr) unlink(*e, l);
+  if (e != nullptr) {
+    unlink(*e, l);
+  }
   return e;
 }
 

@@ -1,5 +1,6 @@
-// rdx examples: small helpers shared by the example programs (argument
-// parsing, device opening, statistics). Not part of the library.
+// rdx's programs (examples/ and tools/): the helpers they share (argument
+// parsing, device opening, statistics, the TCP bootstrap). Not part of the
+// library and not installed: each program compiles it in.
 #pragma once
 
 #include <rdx/rdx.hpp>
@@ -16,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-namespace examples {
+namespace app {
 
 //! A command-line mistake: printed with a pointer to --help, exit status 2.
 struct usage_error : std::runtime_error {
@@ -127,4 +128,4 @@ inline rdx::tcp::socket bootstrap_socket(const std::string& server, std::uint16_
   return l.accept(timeout);
 }
 
-}  // namespace examples
+}  // namespace app
