@@ -70,6 +70,12 @@ foreach(_m channel window)
           ${_pp} --${_m} -s 64 -n 200 --clients 32 -e --pool -t 120 -p 18571 --ack-timeout 500
     NODE1 ${_ppc} ${_pp} $RDX_PEER_ADDR 18571 32 --${_m} -s 64 -n 200 -e --ack-timeout 500)
 endforeach()
+# 32 client processes in one VM: under ASan each holds about 20 MiB of its own
+# memory, more than 768 MiB in all (one CI run: clients killed by the VM's
+# OOM killer), so both VMs of the 32-client tests get 1280 MiB.
+set_property(TEST worker_pingpong_channel_32_twonode worker_pingpong_channel_32_events_twonode
+  worker_pingpong_window_32_twonode worker_pingpong_window_32_events_twonode
+  APPEND PROPERTY ENVIRONMENT RDX_VM_MEM=1280)
 # release_only: the window variants over TCP. Under ASan the server's writes
 # met "transport retry counter exceeded" near the end of a run, all clients'
 # at the same moment, as the first of 32 ASan client processes exited and
@@ -91,6 +97,7 @@ if(TARGET rdx::cm)
   # reason 28): it runs in the release suite; its TCP twin
   # (worker_pingpong_window_32_events_twonode) runs under ASan.
   set_property(TEST worker_pingpong_cm_window_32_events_twonode APPEND PROPERTY LABELS release_only)
+  set_property(TEST worker_pingpong_cm_window_32_events_twonode APPEND PROPERTY ENVIRONMENT RDX_VM_MEM=1280)
 endif()
 
 # kv_window's --clients server: every client on one worker, one thread, set up
@@ -99,3 +106,4 @@ endif()
 rdx_add_twonode_test(NAME worker_kv_window_32_twonode TIMEOUT 600
   NODE0 ${_fail} 0 "'server: 32 of 32 clients passed'" $<TARGET_FILE:kv_window> --clients 32 --pool -n 32
   NODE1 ${CMAKE_CURRENT_LIST_DIR}/kv_window_clients.sh $<TARGET_FILE:kv_window> 32 $RDX_PEER_ADDR -n 32)
+set_property(TEST worker_kv_window_32_twonode APPEND PROPERTY ENVIRONMENT RDX_VM_MEM=1280)
