@@ -84,6 +84,11 @@ void usage(const char* argv0) {
       "                         Not with send, write_imm, --rc-compat or --cm: their\n"
       "                         set-up has no authentication\n"
       "                         (this build: %s)\n"
+      "      --encrypt          (--channel, with --psk-file) seal every message with\n"
+      "                         AES-256-GCM under keys from the authenticated set-up\n"
+      "                         (rdx::connection_attr::encrypt): a changed, replayed or\n"
+      "                         reordered message is refused; both sides need it. Each\n"
+      "                         message carries 24 bytes more on the wire\n"
       "  -t, --timeout SEC      limit for connecting, for a client's whole set-up and for\n"
       "                         each completion (default 30)\n"
       "      --ack-timeout MS   how long the NIC waits for an ACK before it resends,\n"
@@ -107,6 +112,7 @@ void usage(const char* argv0) {
       "  %s --cm --window            and  %s --cm --window 10.77.0.1\n"
       "  %s --channel --clients 4    and  up to 4 of  %s --channel 10.77.0.1\n"
       "  %s --channel --psk-file KEY and  %s --channel --psk-file KEY 10.77.0.1\n"
+      "  add --encrypt to both of those to seal every message\n"
       "    (KEY made once with  (umask 077; openssl rand -hex 32 > KEY)  and copied)\n",
       argv0, argv0, app::psk_build_note(), argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0, argv0,
       argv0, argv0);
@@ -166,6 +172,9 @@ options parse_options(int argc, char** argv, bool& help) {
       o.pool = true;
     } else if (r.match({"--clients"}, &v)) {
       o.clients = static_cast<std::uint32_t>(app::parse_number("--clients", v, 1, 65536));
+    } else if (r.match({"--encrypt"})) {
+      app::psk_build_check("pingpong");
+      o.encrypt = true;
     } else if (r.match({"--psk-file"}, &v)) {
       app::psk_build_check("pingpong");
       o.psk_file = v;
@@ -209,6 +218,16 @@ options parse_options(int argc, char** argv, bool& help) {
     throw app::usage_error(
         "--psk-file: rdx::auth authenticates the TCP exchange; rdma_cm set-up (--cm) has no "
         "authentication: drop --cm or --psk-file");
+  if (o.encrypt && o.psk_file.empty())
+    throw app::usage_error(
+        "--encrypt seals messages with keys from the authenticated set-up: add --psk-file FILE (both "
+        "sides)");
+  if (o.encrypt && o.m != mode::channel)
+    throw app::usage_error(
+        "--encrypt seals messages; --window writes one-sided, which an encrypted connection refuses: use "
+        "--channel");
+  if (o.encrypt && o.clients > 1)
+    throw app::usage_error("--encrypt: the --clients server does not seal yet: drop --clients or --encrypt");
   if (o.m == mode::channel && o.size > 64 * 1024)
     throw app::usage_error("--channel carries messages of up to 64K: use a smaller --size");
   return o;

@@ -39,6 +39,7 @@ struct options {
   bool pool = false;                                     // --clients server: one receive pool for all
   std::optional<std::uint32_t> corrupt_round;            // testing: damage one payload on purpose
   std::string psk_file;  // --psk-file: the pre-shared key that authenticates the TCP exchange
+  bool encrypt = false;  // --encrypt: messages sealed with keys from the authenticated set-up
 };
 
 void usage(const char* argv0);

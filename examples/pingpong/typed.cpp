@@ -70,7 +70,9 @@ auto tcp_meeting(const options& o, const app::setup_key& key, GetSocket&& get_so
         *sock, conn, grants,
         rdx::exchange_options{.timeout = time_left(deadline), .connect = connect_opts(o)});
     m.peer_name = rdx::to_string(m.offer.info.endpoints[0]) + " (" + sock->peer() +
-                  (key ? ", authenticated with --psk-file)" : ")");
+                  (key ? (o.encrypt ? ", authenticated with --psk-file, messages sealed)"
+                                    : ", authenticated with --psk-file)")
+                       : ")");
     // The peer is done too: no traffic in flight when the queue pairs go.
     m.finish = [sock, &o] { rdx::tcp::barrier(*sock, o.timeout); };
     return m;
@@ -140,10 +142,12 @@ run_stats run_typed_session(const options& o, const rdx::context& ctx, const rdx
   const std::size_t min_message = o.cm ? 64 : 1;
   rdx::connection conn(pd, rdx::connection_attr{.recv_depth = 16,
                                                 .message_size = static_cast<std::uint32_t>(
-                                                    window ? 64 : std::max(o.size, min_message)),
+                                                    (window ? 64 : std::max(o.size, min_message)) +
+                                                    (o.encrypt ? rdx::sealed_message_overhead : 0)),
                                                 .events = o.events,
                                                 .port = o.ib_port,
-                                                .gid_index = o.gid_index});
+                                                .gid_index = o.gid_index,
+                                                .encrypt = o.encrypt});
   const std::size_t words = (o.size + 7) / 8 + 1;  // payload, then the sequence word
   auto mine = rdx::make_window_buffer<std::uint64_t, rdx::rights::write>(pd, words);
   const rdx::grant<std::uint64_t, rdx::rights::write> g(conn, mine);

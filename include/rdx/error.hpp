@@ -41,6 +41,10 @@ enum class errc {
   //! queue pairs, its completion queue or the device itself (QP_FATAL,
   //! QP_ACCESS_ERR, CQ_ERR, DEVICE_FATAL...; failure_message() names it)
   device_error,
+  //! a sealed message (connection_attr::encrypt) failed its check: changed
+  //! on the wire, replayed, reordered, or sealed with another key; it was
+  //! not delivered (failure_message() says which)
+  integrity_failed,
 };
 }  // namespace rdx
 
@@ -75,6 +79,7 @@ public:
       case errc::peer_disconnected: return "the peer disconnected";
       case errc::no_progress: return "no progress: posted work neither completed nor failed";
       case errc::device_error: return "the device reported an asynchronous error";
+      case errc::integrity_failed: return "a sealed message failed its integrity check";
     }
     return "unknown rdx error";
   }

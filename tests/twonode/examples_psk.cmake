@@ -55,3 +55,18 @@ rdx_add_twonode_test(NAME examples_kv_window_psk_events TIMEOUT 300
         "'sleeping on its worker'" -- ${_kv} -e -n 64
   NODE1 ${_psk} run job 0 "'all checked on both sides'" "'authenticated with --psk-file'" "'sleeping on its descriptor'"
         -- ${_kv} -e -n 64 $RDX_PEER_ADDR)
+
+# --encrypt (connection_attr::encrypt): sealed messages with keys from the
+# authenticated set-up; `ctest -R crypt` selects these. Without --psk-file,
+# or with a one-sided mode, it is refused at parse time.
+add_test(NAME examples_pingpong_crypt_flags COMMAND bash -c
+  "${_fail} 2 '--encrypt seals messages with keys from the authenticated set-up: add --psk-file FILE' ${_pp} --channel --encrypt && ${_fail} 2 '--window writes one-sided, which an encrypted connection refuses: use --channel' ${_pp} --window --encrypt --psk-file key")
+set_tests_properties(examples_pingpong_crypt_flags PROPERTIES LABELS unit)
+# Both sides seal: every payload checked as usual, 4 KiB messages.
+rdx_add_twonode_test(NAME examples_pingpong_crypt_channel TIMEOUT 300
+  NODE0 ${_psk} run job 0 "'received, checked and echoed'" "'messages sealed'" -- ${_pp} --channel --encrypt -s 4096 -n 50
+  NODE1 ${_psk} run job 0 "'every payload checked'" "'messages sealed'" -- ${_pp} --channel --encrypt -s 4096 -n 50 $RDX_PEER_ADDR)
+# Only the server seals: both refuse in set-up, naming both settings.
+rdx_add_twonode_test(NAME examples_pingpong_crypt_mismatch TIMEOUT 300
+  NODE0 ${_psk} run job 1 "'encrypt is true here but false at the peer'" -- ${_pp} --channel --encrypt -s 64 -n 5
+  NODE1 ${_psk} run job 1 "'encrypt is false here but true at the peer'" -- ${_pp} --channel -s 64 -n 5 $RDX_PEER_ADDR)

@@ -105,10 +105,31 @@ TEST_CASE("settings: the header check refuses a short header, a wrong magic, too
   auto many = bytes;
   put32(many, 16, 256);
   require_header_rejected(many, "256 windows, at most 255");
-  put32(many, 16, 0xffffffff);
-  require_header_rejected(many, "4294967295 windows");
+  put32(many, 16, 0xffff);
+  require_header_rejected(many, "65535 windows");
   // decode_settings says the same before it looks at the length.
-  require_rejected(many, "4294967295 windows");
+  require_rejected(many, "65535 windows");
+  // Flags other than "sealed" (bit 0 of the u16 at 16) are a newer peer's.
+  auto flagged = bytes;
+  put32(flagged, 16, 0x00020000);
+  require_header_rejected(flagged, "unknown flags 0x2");
+  require_rejected(flagged, "a newer rdx");
+}
+
+TEST_CASE("settings: the sealed flag (connection_attr::encrypt) round-trips in the u16 at 16") {
+  auto s = sample_settings(2);
+  s.encrypt = true;
+  const auto bytes = w::encode_settings(s);
+  CHECK(bytes[16] == std::byte{0});
+  CHECK(bytes[17] == std::byte{1});
+  CHECK(bytes[18] == std::byte{0});
+  CHECK(bytes[19] == std::byte{2});
+  CHECK(w::settings_window_count(bytes) == 2);
+  const auto back = w::decode_settings(bytes);
+  CHECK(back.encrypt);
+  CHECK(back == s);
+  s.encrypt = false;
+  CHECK_FALSE(w::decode_settings(w::encode_settings(s)).encrypt);
 }
 
 TEST_CASE("settings: decode refuses a block of the wrong length") {

@@ -3,10 +3,13 @@
 // key by an HMAC-SHA256 over both, and finish with an HMAC over every byte
 // of the exchange, before any queue pair is connected; the steps are in
 // rdx/connect/authenticator.hpp, the messages in rdx/auth/detail/message.hpp.
+// A successful set-up also keys sealed messages (make_seal(), aes_gcm.hpp).
 // The protocol: rdx's design notes (share/doc/rdx/design.md),
 // "Wire protocols", "Authenticated set-up".
 #pragma once
 
+#include <rdx/auth/aes_gcm.hpp>
+#include <rdx/auth/detail/cipher.hpp>
 #include <rdx/auth/detail/message.hpp>
 #include <rdx/auth/detail/support.hpp>
 #include <rdx/connect/authenticator.hpp>
@@ -20,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -274,8 +278,40 @@ public:
                                  sent_len}))) {
       fail(s, "transcript MAC mismatch (a byte was changed in transit)");
     }
+    // Both sides order the two streams alike: the sorting-first side's first.
+    const bool lo = detail::sorts_first(own_hello_, peer_hello_);
+    keys_.emplace(
+        derive_session_keys(key_->key_, own_hello_, peer_hello_, lo ? sent : received, lo ? received : sent));
+    send_id_ = detail::key_id(keys_->send);
+    receive_id_ = detail::key_id(keys_->receive);
     state_ = state::done;
   }
+
+  //! After a successful finish(): an aes_gcm_seal under session keys
+  //! derived from the key, both hellos and the digests of both streams. One
+  //! per set-up: a second seal would start its sequence at 0 again and
+  //! repeat nonces, so the keys are wiped once it is made.
+  //! @throws rdx::error (errc::not_ready) before finish() has succeeded or
+  //!         once a seal was made; errc::operation_failed when OpenSSL fails.
+  [[nodiscard]] std::unique_ptr<message_seal> make_seal() override {
+    if (state_ != state::done || !keys_) {
+      throw error(errc::not_ready, seal_made_
+                                       ? "psk_authenticator::make_seal: a seal was made already (one per "
+                                         "set-up: a second would repeat nonces)"
+                                       : "psk_authenticator::make_seal: finish() has not succeeded");
+    }
+    auto seal = std::make_unique<aes_gcm_seal>(*keys_);
+    keys_.reset();
+    seal_made_ = true;
+    return seal;
+  }
+  //! After a successful finish(): names of this side's send and receive
+  //! keys (the first 8 bytes of their SHA-256), for logs and tests: one
+  //! side's send key is the other's receive key, and every set-up has new
+  //! ones. 0 before finish() has succeeded.
+  [[nodiscard]] std::uint64_t send_key_id() const noexcept { return send_id_; }
+  //! See send_key_id().
+  [[nodiscard]] std::uint64_t receive_key_id() const noexcept { return receive_id_; }
 
 private:
   enum class state { fresh, recording, done, failed };
@@ -347,6 +383,10 @@ private:
   std::uint64_t sent_bytes_ = 0;
   std::uint64_t received_bytes_ = 0;
   bool digest_failed_ = false;
+  std::optional<session_keys> keys_;
+  bool seal_made_ = false;
+  std::uint64_t send_id_ = 0;
+  std::uint64_t receive_id_ = 0;
 };
 
 }  // namespace rdx::auth

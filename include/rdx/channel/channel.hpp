@@ -86,8 +86,10 @@ public:
   //! Starts a view receive on c: the next message, a whole number of T (else errc::limit_exceeded).
   explicit message_view(connection& c) noexcept : operation(detail::start_access::make(c)) {
     detail::engine& e = detail::start_access::of(c);
-    if (c.message_size() % alignof(T) != 0) {
-      e.fail_now(*this, make_error_code(errc::invalid_argument));  // a buffer would hold misaligned T
+    // A buffer would hold misaligned T (a sealed payload starts sealed_payload_offset in).
+    if (c.attributes().message_size % alignof(T) != 0 ||
+        (c.encrypted() && sealed_payload_offset % alignof(T) != 0)) {
+      e.fail_now(*this, make_error_code(errc::invalid_argument));
     } else {
       e.start_receive_view(*this, sizeof(T));
     }

@@ -68,8 +68,17 @@ public:
   [[nodiscard]] queue_pair& qp(std::size_t i) noexcept { return qps_[i]; }
   //! The one completion queue all its queue pairs share.
   [[nodiscard]] completion_queue& cq() noexcept { return cq_; }
-  //! Largest message a channel on this connection carries, in bytes.
-  [[nodiscard]] std::uint32_t message_size() const noexcept { return attr_.message_size; }
+  //! Largest message a channel on this connection carries, in bytes:
+  //! attributes().message_size, less sealed_message_overhead when encrypted.
+  [[nodiscard]] std::uint32_t message_size() const noexcept { return payload_size(); }
+  //! True when its messages are sealed (connection_attr::encrypt).
+  [[nodiscard]] bool encrypted() const noexcept { return attr_.encrypt; }
+  //! Installs the seal of an encrypted connection (connection_attr::encrypt)
+  //! before connect(): exchange_and_connect does it with keys from the
+  //! authenticated set-up; call it only with keys agreed by other means.
+  //! @throws rdx::error (errc::invalid_argument) on a connection without
+  //!         encrypt or for no seal; errc::not_ready once connected.
+  void seal_with(std::unique_ptr<message_seal> s) { engine::seal_with(std::move(s)); }
 
   //! What the peer needs to connect (send it through tcp exchange or any means).
   [[nodiscard]] connection_info local_info() const { return engine::local_info(); }

@@ -48,6 +48,16 @@ struct connection_attr {
   //! late, and chunks are cut at 64 KiB to 1 MiB as the window allows
   //! (chunk_size is then not used). Every paced chunk is signaled.
   bool pacing = false;
+  //! Seal every message with AES-256-GCM under session keys from the
+  //! authenticated set-up (exchange_options::auth), one key per direction:
+  //! a message changed on the wire, replayed, reordered or sealed with
+  //! another key is never delivered and fails the connection with
+  //! errc::integrity_failed. Both sides must set the same. Each message then
+  //! carries message_size - sealed_message_overhead bytes of payload
+  //! (connection::message_size()). Window operations and sends from
+  //! registered memory bypass the seal, so they are refused on such a
+  //! connection (errc::unsupported).
+  bool encrypt = false;
 };
 
 //! Where a connection's pacing stands (connection::pacing()).
@@ -67,6 +77,7 @@ struct connection_info {
   remote_descriptor credit_word{};
   std::uint32_t recv_depth = 0;    //!< the sender's message buffers: the credits it gives
   std::uint32_t message_size = 0;  //!< bytes per message buffer: the largest message it takes
+  bool encrypt = false;            //!< its messages are sealed (connection_attr::encrypt)
 };
 
 }  // namespace rdx

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -82,7 +83,7 @@ struct offer_messages {
       desc.push_back(d);
     }
   }
-  wire::settings s{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}};
+  wire::settings s{static_cast<std::uint32_t>(nqp), mine.recv_depth, mine.message_size, {}, mine.encrypt};
   for (const auto& g : grants) {
     s.windows.push_back({static_cast<std::uint32_t>(g.granted), g.element_size});
   }
@@ -136,6 +137,7 @@ template <class Fail>
   }
   peer.info.recv_depth = theirs.recv_depth;
   peer.info.message_size = theirs.message_size;
+  peer.info.encrypt = theirs.encrypt;
   peer.info.credit_word = got[0].descriptors[0];
   for (std::size_t j = 0; j < nwin; ++j) {
     window_descriptor w{got[0].descriptors[j + 1],
@@ -162,6 +164,12 @@ template <class Fail>
 inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
                                        std::span<const window_descriptor> grants, const exchange_options& o) {
   const auto deadline = tcp::clock::now() + o.timeout;
+  const bool encrypt = c.attributes().encrypt;
+  if (encrypt && o.auth == nullptr) {
+    throw error(errc::invalid_argument,
+                "exchange_and_connect: connection_attr::encrypt needs session keys from an authenticated "
+                "set-up: set exchange_options::auth (rdx::auth::psk_authenticator with the pre-shared key)");
+  }
   std::optional<tcp::socket::recording> rec;
   if (o.auth != nullptr) {
     o.auth->begin(s, deadline);
@@ -189,6 +197,22 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
     // changed byte or a replay fails here, before any queue pair is connected.
     rec.reset();
     o.auth->finish(s, deadline);
+  }
+  // Checked once authenticated: a changed flag has failed the transcript MAC.
+  if (peer.info.encrypt != encrypt) {
+    throw error(errc::invalid_argument, "exchange_and_connect with " + s.peer() +
+                                            ": connection_attr::encrypt is " + (encrypt ? "true" : "false") +
+                                            " here but " + (encrypt ? "false" : "true") +
+                                            " at the peer; both sides need the same");
+  }
+  if (encrypt) {
+    std::unique_ptr<message_seal> seal = o.auth->make_seal();
+    if (!seal) {
+      throw error(errc::invalid_argument,
+                  "exchange_and_connect: connection_attr::encrypt needs session keys, and "
+                  "exchange_options::auth derives none (use rdx::auth::psk_authenticator)");
+    }
+    c.seal_with(std::move(seal));
   }
   c.connect(peer.info, o.connect);
   tcp::barrier(s, deadline);

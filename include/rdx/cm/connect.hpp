@@ -117,8 +117,8 @@ inline void check_settings(const connection& c, const hello& h, const std::strin
     differ("queue_pairs", c.queue_pair_count(), h.qp_count);
   } else if (h.recv_depth != c.attributes().recv_depth) {
     differ("recv_depth", c.attributes().recv_depth, h.recv_depth);
-  } else if (h.message_size != c.message_size()) {
-    differ("message_size", c.message_size(), h.message_size);
+  } else if (h.message_size != c.attributes().message_size) {
+    differ("message_size", c.attributes().message_size, h.message_size);
   }
 }
 

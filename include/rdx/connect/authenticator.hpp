@@ -5,10 +5,13 @@
 // set-up".
 #pragma once
 
+#include <rdx/connect/message_seal.hpp>
+
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <span>
 
 namespace rdx {
@@ -50,6 +53,13 @@ public:
   //! @throws rdx::error as begin() does; errc::authentication_failed when the
   //!         transcripts differ.
   virtual void finish(const tcp::socket& s, std::chrono::steady_clock::time_point deadline) = 0;
+
+  //! After a successful finish(): a message_seal keyed for this set-up alone
+  //! (one key per direction, derived from the key and the whole
+  //! transcript), for a connection with connection_attr::encrypt. The default
+  //! gives none (nullptr): an authenticator that derives no keys cannot key
+  //! encryption. @throws rdx::error when finish() has not succeeded.
+  [[nodiscard]] virtual std::unique_ptr<message_seal> make_seal() { return nullptr; }
 };
 
 //! A MAC keyed by a secret that every party holds: 32 bytes over the

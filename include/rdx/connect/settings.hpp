@@ -8,7 +8,9 @@
 //     4  u32  queue pairs
 //     8  u32  recv_depth
 //    12  u32  message_size
-//    16  u32  number of windows
+//    16  u16  flags (bit 0: messages sealed, connection_attr::encrypt;
+//             the others zero)
+//    18  u16  number of windows
 //   per window, 8 bytes
 //     0  u32  rights (read 1, write 2, atomic 4)
 //     4  u32  element size in bytes
@@ -41,6 +43,10 @@ inline constexpr std::size_t settings_window_size = 8;
 inline constexpr std::size_t max_settings_windows = max_descriptors - 1;
 //! Every right a window may carry (read 1 | write 2 | atomic 4).
 inline constexpr std::uint32_t settings_known_rights = 7;
+//! Flag: the side seals its messages (connection_attr::encrypt).
+inline constexpr std::uint16_t settings_flag_encrypt = 1;
+//! Every flag a block may carry.
+inline constexpr std::uint16_t settings_known_flags = settings_flag_encrypt;
 
 //! What one side says about one of its window grants.
 struct window_setting {
@@ -56,6 +62,7 @@ struct settings {
   std::uint32_t recv_depth = 0;         //!< receive buffers of the message ring
   std::uint32_t message_size = 0;       //!< bytes of one message buffer
   std::vector<window_setting> windows;  //!< one per window grant, in order
+  bool encrypt = false;                 //!< messages sealed (connection_attr::encrypt)
   //! Field-wise equality.
   friend bool operator==(const settings&, const settings&) = default;
 };
@@ -121,7 +128,8 @@ inline void check_window(const window_setting& w, std::size_t i, errc code) {
   detail::put32(p + 4, s.queue_pairs);
   detail::put32(p + 8, s.recv_depth);
   detail::put32(p + 12, s.message_size);
-  detail::put32(p + 16, static_cast<std::uint32_t>(s.windows.size()));
+  detail::put16(p + 16, s.encrypt ? settings_flag_encrypt : std::uint16_t{0});
+  detail::put16(p + 18, static_cast<std::uint16_t>(s.windows.size()));
   p += settings_header_size;
   for (const auto& w : s.windows) {
     detail::put32(p + 0, w.rights);
@@ -134,8 +142,8 @@ inline void check_window(const window_setting& w, std::size_t i, errc code) {
 //! Checks the fixed header at the start of `header` and returns how many
 //! windows follow it, so a stream reader knows how many bytes remain
 //! (settings_size(count) - settings_header_size) before reading them.
-//! @throws rdx::error (errc::wire_format) for a short header, a wrong magic
-//!         or more than max_settings_windows windows.
+//! @throws rdx::error (errc::wire_format) for a short header, a wrong magic,
+//!         unknown flags or more than max_settings_windows windows.
 [[nodiscard]] inline std::uint32_t settings_window_count(std::span<const std::byte> header) {
   if (header.size() < settings_header_size) {
     detail::settings_fail(errc::wire_format, "truncated: " + std::to_string(header.size()) +
@@ -153,7 +161,12 @@ inline void check_window(const window_setting& w, std::size_t i, errc code) {
     }
     detail::settings_fail(errc::wire_format, w);
   }
-  const std::uint32_t n = detail::get32(header.data() + 16);
+  const std::uint16_t flags = detail::get16(header.data() + 16);
+  if ((flags & ~settings_known_flags) != 0) {
+    detail::settings_fail(errc::wire_format, "unknown flags " + detail::hex(flags) +
+                                                 " (known: 1, messages sealed): the peer runs a newer rdx");
+  }
+  const std::uint32_t n = detail::get16(header.data() + 18);
   detail::check_window_count(n, errc::wire_format);
   return n;
 }
@@ -180,6 +193,7 @@ inline void check_window(const window_setting& w, std::size_t i, errc code) {
   s.queue_pairs = detail::get32(p + 4);
   s.recv_depth = detail::get32(p + 8);
   s.message_size = detail::get32(p + 12);
+  s.encrypt = (detail::get16(p + 16) & settings_flag_encrypt) != 0;
   detail::check_settings_counts(s.queue_pairs, s.recv_depth, s.message_size, errc::wire_format);
   p += settings_header_size;
   s.windows.resize(n);

@@ -25,16 +25,17 @@ namespace rdx::auth::detail {
 
 using digest = std::array<std::byte, 32>;
 
-[[noreturn]] inline void fail_openssl(const char* call) {
+[[noreturn]] inline void fail_openssl(const char* call, errc code = errc::authentication_failed,
+                                      std::string_view who = "rdx authentication") {
   const auto e = ::ERR_get_error();
-  std::string w = std::string("rdx authentication: OpenSSL ") + call + " failed";
+  std::string w = std::string(who) + ": OpenSSL " + call + " failed";
   if (e != 0) {
     char buf[256];
     ::ERR_error_string_n(e, buf, sizeof buf);
     w += std::string(": ") + buf;
   }
   ::ERR_clear_error();
-  throw error(errc::authentication_failed, w);
+  throw error(code, w);
 }
 
 [[noreturn]] inline void fail_key(const std::string& what) {

@@ -28,6 +28,7 @@
 #include <rdx/channel/message_ring.hpp>
 #include <rdx/channel/operation.hpp>
 #include <rdx/channel/send_queue.hpp>
+#include <rdx/connect/message_seal.hpp>
 #include <rdx/detail/thread_check.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/async_event.hpp>
@@ -125,6 +126,12 @@ public:
   void release_view(operation& op) noexcept;
   //! Points the ring's record of a lent buffer at op (a moved message_view).
   void lend_to(operation& op) noexcept { ring_.lend(op.p_.slot, &op); }
+  //! Payload bytes one message carries: message_size, less the seal's overhead.
+  [[nodiscard]] std::uint32_t payload_size() const noexcept {
+    return attr_.encrypt ? attr_.message_size - sealed_message_overhead : attr_.message_size;
+  }
+  //! Installs the seal of an encrypted connection, before connect().
+  void seal_with(std::unique_ptr<message_seal> s);
 
   // --- grants (grants.hpp) ------------------------------------------------------
 
@@ -261,6 +268,7 @@ protected:
   std::uint64_t wk_handled_ = 0;
   grant_table grants_;
   std::unique_ptr<peer_link> link_;  // rdma_cm's ids, when cm connected this connection
+  std::unique_ptr<message_seal> seal_;  // attr_.encrypt: seals sends, opens receives
   std::vector<queue_pair> qps_;
   std::vector<send_queue> sqs_;
 
@@ -316,6 +324,11 @@ protected:
   [[gnu::cold]] void fail_overrun() noexcept;
   // The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
   void fail_protocol() noexcept;
+  // attr_.encrypt: one-sided work is refused (ends op now, errc::unsupported).
+  bool unsealed_refused(operation& op) noexcept;
+  // attr_.encrypt: opens message i (n bytes) for op; false when it failed its check.
+  bool open_sealed(operation& op, std::uint32_t i, std::uint32_t n) noexcept;
+  [[gnu::cold]] void fail_integrity() noexcept;
   void to_error() noexcept;
   // the device's asynchronous events (device_events.hpp)
   void start_device_events() noexcept;

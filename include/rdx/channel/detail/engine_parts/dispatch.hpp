@@ -132,10 +132,15 @@ inline std::chrono::steady_clock::time_point engine::earliest_deadline(
 // the buffers they were copied out of are reposted together at the end (of
 // the poll, when called from one).
 inline void engine::deliver() noexcept {
+  bool broken = false;  // a sealed message failed its check: the connection fails after the loop
   while (!receives_.empty() && ring_.messages_waiting() > 0) {
     operation& op = *receives_.pop();
     const std::uint32_t i = ring_.take_message();
     const std::uint32_t n = ring_.entry(i).bytes;
+    if (seal_ != nullptr) {
+      broken = !open_sealed(op, i, n) || broken;
+      continue;
+    }
     op.bytes_ = n;
     // Whole elements only; bytes (elem_size_ 1) need no division.
     const bool whole = op.elem_size_ == 1 || n % op.elem_size_ == 0;
@@ -168,6 +173,10 @@ inline void engine::deliver() noexcept {
   if (polling_ == 0 && ring_.queued() != 0) {
     repost_consumed();
   }
+  if (broken && !failed_) {
+    fail_integrity();  // delivers again, with failed_ set
+    return;
+  }
   if (failed_) {
     // Nothing more will arrive: waiting receives end with the failure.
     while (!receives_.empty()) {
@@ -181,6 +190,45 @@ inline void engine::deliver() noexcept {
       complete(op);
     }
   }
+}
+
+// A sealed message (attr_.encrypt), opened for op: in place for a view (the
+// payload follows its sequence number in the lent buffer), else into the
+// receive's memory, which never holds bytes that failed the check. Ends op.
+inline bool engine::open_sealed(operation& op, std::uint32_t i, std::uint32_t n) noexcept {
+  auto* m = const_cast<std::byte*>(ring_.data(i));
+  const std::uint32_t plain = n >= sealed_message_overhead ? n - sealed_message_overhead : 0;
+  op.bytes_ = plain;
+  const bool whole = op.elem_size_ == 1 || plain % op.elem_size_ == 0;
+  const bool view = op.kind_ == op_kind::receive_view;
+  bool ok = true;
+  if (!view && (plain > op.dst_capacity_ || (op.exact_ && plain != op.dst_capacity_))) {
+    // Opened all the same (in place), so the sequence stays in step: the
+    // receive fails for its size, the connection only for a bad message.
+    ok = !seal_->open({m, n}, nullptr);
+    op.ec_ = make_error_code(ok ? errc::limit_exceeded : errc::integrity_failed);
+  } else if (std::error_code ec = seal_->open({m, n}, view ? nullptr : op.dst_)) {
+    ok = false;
+    op.ec_ = ec;
+  } else if (!whole) {
+    op.ec_ = make_error_code(errc::limit_exceeded);
+  } else if (view) {
+    op.dst_ = m + sealed_payload_offset;
+    op.p_.slot = i;
+    ring_.lend(i, &op);
+    complete(op);
+    return true;
+  }
+  consume(i);
+  complete(op);
+  return ok;
+}
+
+// A sealed message failed its check: it was not delivered, and nothing after
+// it will be (the seal refuses every later one).
+inline void engine::fail_integrity() noexcept {
+  std::snprintf(failure_text_, sizeof failure_text_, "%s", seal_ != nullptr ? seal_->failure() : "");
+  fail(make_error_code(errc::integrity_failed));
 }
 
 // A taken buffer, queued for its repost (repost_consumed).

@@ -46,6 +46,11 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
   if (a.message_size < 1) {
     bad("message_size = 0, need at least 1");
   }
+  if (a.encrypt && a.message_size <= sealed_message_overhead) {
+    bad("message_size = " + std::to_string(a.message_size) + " with encrypt: a sealed message takes " +
+        std::to_string(sealed_message_overhead) + " bytes beside its payload, so at least " +
+        std::to_string(sealed_message_overhead + 1) + " are needed");
+  }
   if (a.chunk_size == 0 || a.chunk_size % 4096 != 0 || a.chunk_size > (std::size_t{1} << 30)) {
     bad("chunk_size = " + std::to_string(a.chunk_size) + ", need a multiple of 4096 up to 1 GiB");
   }
@@ -135,7 +140,23 @@ inline connection_info engine::local_info() const {
                    grants_.credit().keys().at(0), 8};
   i.recv_depth = attr_.recv_depth;
   i.message_size = attr_.message_size;
+  i.encrypt = attr_.encrypt;
   return i;
+}
+
+inline void engine::seal_with(std::unique_ptr<message_seal> s) {
+  if (!attr_.encrypt) {
+    throw_rdx(errc::invalid_argument,
+              "connection::seal_with: the connection was made without connection_attr::encrypt");
+  }
+  if (!s) {
+    throw_rdx(errc::invalid_argument, "connection::seal_with: no seal");
+  }
+  if (connected_) {
+    throw_rdx(errc::not_ready,
+              "connection::seal_with: already connected (install the seal before connect())");
+  }
+  seal_ = std::move(s);
 }
 
 inline void engine::attach_link(std::unique_ptr<peer_link> l) noexcept {
@@ -164,6 +185,19 @@ inline void engine::connect_with(const connection_info& peer, const connect_opti
   }
   if (peer.message_size != attr_.message_size) {
     differ("message_size", attr_.message_size, peer.message_size);
+  }
+  if (attr_.encrypt && !seal_) {
+    throw_rdx(errc::invalid_argument,
+              "connection::connect: connection_attr::encrypt is set but no session keys were installed: "
+              "connect through exchange_and_connect with exchange_options::auth (which derives them), or "
+              "give connection::seal_with() a message_seal first; rdma_cm and the group mesh cannot key "
+              "encryption");
+  }
+  if (peer.encrypt != attr_.encrypt) {
+    throw_rdx(errc::invalid_argument, std::string("connection::connect: connection_attr::encrypt is ") +
+                                          (attr_.encrypt ? "true" : "false") + " here but " +
+                                          (peer.encrypt ? "true" : "false") +
+                                          " at the peer; both sides need the same");
   }
   if (peer.credit_word.length < 8 || peer.credit_word.addr % 8 != 0) {
     throw_rdx(errc::invalid_argument, "connection::connect: the peer's credit word is not 8 aligned bytes");

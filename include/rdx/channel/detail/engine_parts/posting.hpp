@@ -72,7 +72,7 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 // A write or read made with its parameters (start_access::make).
 inline void engine::start_rdma(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting a window operation");
-  if (!usable(op)) {
+  if (unsealed_refused(op) || !usable(op)) {
     return;
   }
   if (op.p_.length == 0) {
@@ -86,7 +86,7 @@ inline void engine::start_rdma(operation& op) noexcept {
 // A fetch_add or compare_swap made with its parameters (start_access::make).
 inline void engine::start_atomic(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting an atomic");
-  if (!usable(op)) {
+  if (unsealed_refused(op) || !usable(op)) {
     return;
   }
   submit(op);
@@ -103,11 +103,21 @@ inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
     fail_now(op, make_error_code(errc::invalid_argument));
     return false;
   }
-  if (bytes > attr_.message_size) {
+  if (bytes > payload_size()) {
     fail_now(op, make_error_code(errc::limit_exceeded));
     return false;
   }
   return true;
+}
+
+// One-sided work and sends from registered memory bypass the seal of an
+// encrypted connection: refused, rather than sent in the clear.
+inline bool engine::unsealed_refused(operation& op) noexcept {
+  if (attr_.encrypt) {
+    fail_now(op, make_error_code(errc::unsupported));
+    return true;
+  }
+  return false;
 }
 
 inline void engine::start_send(operation& op, const void* data, std::size_t bytes) noexcept {
@@ -118,7 +128,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   op.p_.length = bytes;  // the rest as made (start_access::make): one store, not the whole
   send_queue& q = sqs_[0];
   const bool now = deferred_.empty() && ring_.credits() > 0 && q.has_room();
-  if (now && bytes <= q.qp().max_inline_data() && !q.held()) {
+  if (now && bytes <= q.qp().max_inline_data() && !q.held() && !attr_.encrypt) {
     // Inline: the payload is copied into the work request at post time
     // (not in a batch, which posts later: the payload goes to staging).
     flat_wr w{.sge = {reinterpret_cast<std::uint64_t>(data), static_cast<std::uint32_t>(bytes), 0},
@@ -138,7 +148,15 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
   if (!take_staging(slot)) {
     return fail_now(op, make_error_code(failed_ ? errc::operation_failed : errc::limit_exceeded));
   }
-  std::memcpy(slots_.staging(slot), data, bytes);
+  if (attr_.encrypt) {
+    // Sealed in place when it is posted (post_some), so sequence numbers
+    // follow the order on the wire and a send withdrawn before it left
+    // takes none.
+    std::memcpy(slots_.staging(slot) + sealed_payload_offset, data, bytes);
+    op.p_.length = bytes + sealed_message_overhead;
+  } else {
+    std::memcpy(slots_.staging(slot), data, bytes);
+  }
   op.p_.slot = slot;
   if (!now || post_some(op) == post_result::blocked) {
     defer(op);
@@ -150,7 +168,7 @@ inline void engine::start_send(operation& op, const void* data, std::size_t byte
 inline void engine::start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
                                           std::size_t bytes) noexcept {
   thread_check::scope guard(*thread_, "sending");
-  if (!send_admitted(op, bytes)) {
+  if (!send_admitted(op, bytes) || unsealed_refused(op)) {
     return;
   }
   op.p_.laddr = laddr;  // the rest as made (start_access::make)
@@ -163,7 +181,7 @@ inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32
                                  std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept {
   thread_check::scope guard(*thread_, "notifying");
   op.kind_ = op_kind::notify;
-  if (!usable(op)) {
+  if (unsealed_refused(op) || !usable(op)) {
     return;
   }
   op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
@@ -253,6 +271,13 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
       }
       // From a staging slot, or straight from the caller's registered memory.
       const bool staged = p.slot != no_slot;
+      if (seal_ != nullptr && staged) {
+        std::byte* m = slots_.staging(p.slot);
+        const std::size_t plain = p.length - sealed_message_overhead;
+        if ((ec = seal_->seal({m + sealed_payload_offset, plain}, m))) {
+          break;
+        }
+      }
       const ibv_sge sge = staged ? slots_.staging_sge(p.slot, static_cast<std::uint32_t>(p.length))
                                  : ibv_sge{p.laddr, static_cast<std::uint32_t>(p.length), p.lkey};
       p.seq = q0.next_seq();
