@@ -267,7 +267,7 @@ protected:
   int wk_entries_ = 0;
   std::uint64_t wk_handled_ = 0;
   grant_table grants_;
-  std::unique_ptr<peer_link> link_;  // rdma_cm's ids, when cm connected this connection
+  std::unique_ptr<peer_link> link_;     // rdma_cm's ids, when cm connected this connection
   std::unique_ptr<message_seal> seal_;  // attr_.encrypt: seals sends, opens receives
   std::vector<queue_pair> qps_;
   std::vector<send_queue> sqs_;
@@ -325,7 +325,7 @@ protected:
   // The peer broke the credit protocol: fails with errc::protocol_error and says what arrived.
   void fail_protocol() noexcept;
   // attr_.encrypt: one-sided work is refused (ends op now, errc::unsupported).
-  bool unsealed_refused(operation& op) noexcept;
+  bool unsealed_refused(operation& op) const noexcept;
   // attr_.encrypt: opens message i (n bytes) for op; false when it failed its check.
   bool open_sealed(operation& op, std::uint32_t i, std::uint32_t n) noexcept;
   [[gnu::cold]] void fail_integrity() noexcept;

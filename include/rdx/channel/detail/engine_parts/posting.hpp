@@ -112,7 +112,7 @@ inline bool engine::send_admitted(operation& op, std::size_t bytes) noexcept {
 
 // One-sided work and sends from registered memory bypass the seal of an
 // encrypted connection: refused, rather than sent in the clear.
-inline bool engine::unsealed_refused(operation& op) noexcept {
+inline bool engine::unsealed_refused(operation& op) const noexcept {
   if (attr_.encrypt) {
     fail_now(op, make_error_code(errc::unsupported));
     return true;
