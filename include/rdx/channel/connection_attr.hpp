@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace rdx {
@@ -79,5 +80,18 @@ struct connection_info {
   std::uint32_t message_size = 0;  //!< bytes per message buffer: the largest message it takes
   bool encrypt = false;            //!< its messages are sealed (connection_attr::encrypt)
 };
+
+namespace detail {
+
+//! Why two sides' connection_attr::encrypt disagree, in words; "" when they agree.
+[[nodiscard]] inline std::string encrypt_disagreement(bool here, bool there) {
+  if (here == there) {
+    return {};
+  }
+  return std::string("connection_attr::encrypt is ") + (here ? "true" : "false") + " here but " +
+         (there ? "true" : "false") + " at the peer; both sides need the same";
+}
+
+}  // namespace detail
 
 }  // namespace rdx

@@ -199,11 +199,8 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
     o.auth->finish(s, deadline);
   }
   // Checked once authenticated: a changed flag has failed the transcript MAC.
-  if (peer.info.encrypt != encrypt) {
-    throw error(errc::invalid_argument, "exchange_and_connect with " + s.peer() +
-                                            ": connection_attr::encrypt is " + (encrypt ? "true" : "false") +
-                                            " here but " + (encrypt ? "false" : "true") +
-                                            " at the peer; both sides need the same");
+  if (const std::string why = detail::encrypt_disagreement(encrypt, peer.info.encrypt); !why.empty()) {
+    throw error(errc::invalid_argument, "exchange_and_connect with " + s.peer() + ": " + why);
   }
   if (encrypt) {
     std::unique_ptr<message_seal> seal = o.auth->make_seal();

@@ -193,11 +193,8 @@ inline void engine::connect_with(const connection_info& peer, const connect_opti
               "give connection::seal_with() a message_seal first; rdma_cm and the group mesh cannot key "
               "encryption");
   }
-  if (peer.encrypt != attr_.encrypt) {
-    throw_rdx(errc::invalid_argument, std::string("connection::connect: connection_attr::encrypt is ") +
-                                          (attr_.encrypt ? "true" : "false") + " here but " +
-                                          (peer.encrypt ? "true" : "false") +
-                                          " at the peer; both sides need the same");
+  if (const std::string why = encrypt_disagreement(attr_.encrypt, peer.encrypt); !why.empty()) {
+    throw_rdx(errc::invalid_argument, "connection::connect: " + why);
   }
   if (peer.credit_word.length < 8 || peer.credit_word.addr % 8 != 0) {
     throw_rdx(errc::invalid_argument, "connection::connect: the peer's credit word is not 8 aligned bytes");
