@@ -6,9 +6,11 @@
 // every set-up has new keys. `ctest -R crypt` selects these.
 #include <rdx/auth/aes_gcm.hpp>
 #include <rdx/auth/psk.hpp>
+#include <rdx/channel/sealed_window.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -51,8 +53,9 @@ rdx::auth::session_keys keys_for(unsigned char s, bool first) {
                : rdx::auth::derive_session_keys(secret, h2, h1, d1, d2);
 }
 
-std::unique_ptr<rdx::auth::aes_gcm_seal> seal_for(unsigned char s, bool first) {
-  return std::make_unique<rdx::auth::aes_gcm_seal>(keys_for(s, first));
+std::unique_ptr<rdx::auth::aes_gcm_seal> seal_for(
+    unsigned char s, bool first, rdx::auth::seal_lane lane = rdx::auth::seal_lane::messages) {
+  return std::make_unique<rdx::auth::aes_gcm_seal>(keys_for(s, first), lane);
 }
 
 // A sender's seal that misbehaves at message `at`.
@@ -60,8 +63,9 @@ enum class misdeed { none, flip, replay, skip, other_key };
 
 class hostile_seal final : public rdx::message_seal {
 public:
-  hostile_seal(misdeed m, std::uint64_t at, std::size_t flip_at = 0)
-      : inner_(seal_for(5, true)), other_(seal_for(6, true)), m_(m), at_(at), flip_at_(flip_at) {}
+  hostile_seal(misdeed m, std::uint64_t at, std::size_t flip_at = 0,
+               rdx::auth::seal_lane lane = rdx::auth::seal_lane::messages)
+      : inner_(seal_for(5, true, lane)), other_(seal_for(6, true, lane)), m_(m), at_(at), flip_at_(flip_at) {}
   std::error_code seal(std::span<const std::byte> plain, std::byte* out) noexcept override {
     const std::uint64_t k = n_++;
     if (k == at_ && m_ == misdeed::skip) {
@@ -339,6 +343,29 @@ TEST_CASE("crypt: keys from the authenticated set-up; a mismatch is refused nami
     INFO(rs.what << " / " << rc.what);
     REQUIRE(rs.connected);
     REQUIRE(rc.connected);
+    // A sealed window write under the set-up's window keys.
+    {
+      auto ws = as.make_window_seal();
+      auto wc = ac.make_window_seal();
+      CHECK(code_of([&] { (void)as.make_window_seal(); }) == rdx::errc::not_ready);
+      rdx::sealed_reader reader(cs, pd, *ws, 1024, 8192);
+      rdx::sealed_writer writer(cc, pd, *wc, 1024);
+      rdx::grant<std::byte, rights::write> g(cs, reader.landing());
+      rdx::remote_window<std::byte, rights::write> w(cc, g.descriptor());
+      const auto src = pattern(5000, 77);
+      std::vector<std::byte> dst(5000);
+      REQUIRE(reader.start(dst) == std::error_code{});
+      REQUIRE(writer.start(w, src) == std::error_code{});
+      const auto end = clk::now() + 10s;
+      bool wrote = false, read = false;
+      while ((!wrote || !read) && clk::now() < end) {
+        wrote = writer.progress();
+        read = reader.progress();
+      }
+      REQUIRE(writer.error() == std::error_code{});
+      REQUIRE(reader.error() == std::error_code{});
+      CHECK(dst == src);
+    }
     rdx::channel<std::uint64_t> s_ch(cs), c_ch(cc);
     for (std::uint64_t v : {1ULL, 2ULL, 0xfeedULL}) {
       auto r = s_ch.receive();
@@ -402,4 +429,169 @@ TEST_CASE("crypt: every set-up has new keys", "[crypt]") {
   }
   std::sort(ids.begin(), ids.end());
   CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+}
+
+namespace {
+
+constexpr std::uint32_t win_chunk = 4096;
+constexpr std::size_t win_capacity = 1 << 20;
+using rdx::auth::seal_lane;
+
+// A sealed window from a to b on a sealed_pair: b's reader owns the landing
+// window, a's writer writes into it. a's window seal may misbehave.
+struct sealed_windows {
+  sealed_pair& p;
+  std::unique_ptr<rdx::message_seal> a_seal;
+  std::unique_ptr<rdx::message_seal> b_seal = seal_for(5, false, seal_lane::windows);
+  rdx::sealed_writer writer{p.a, p.pd, *a_seal, win_chunk, 4};
+  rdx::sealed_reader reader{p.b, p.pd, *b_seal, win_chunk, win_capacity};
+  rdx::grant<std::byte, rights::write> g{p.b, reader.landing()};
+  rdx::remote_window<std::byte, rights::write> w{p.a, g.descriptor()};
+
+  explicit sealed_windows(sealed_pair& pair,
+                          std::unique_ptr<rdx::message_seal> s = seal_for(5, true, seal_lane::windows))
+      : p(pair), a_seal(std::move(s)) {}
+
+  // One transfer of src into dst, both sides driven from this thread.
+  std::pair<std::error_code, std::error_code> transfer(std::span<const std::byte> src,
+                                                       std::span<std::byte> dst) {
+    REQUIRE(reader.start(dst) == std::error_code{});
+    REQUIRE(writer.start(w, src) == std::error_code{});
+    const auto end = clk::now() + 60s;
+    bool wrote = false, read = false;
+    // A refused chunk fails b's connection: a's writes then end when the
+    // device gives up on them, which this does not wait for.
+    while ((!wrote || !read) && !(read && reader.error()) && clk::now() < end) {
+      wrote = writer.progress();
+      read = reader.progress();
+    }
+    REQUIRE(read);
+    REQUIRE((wrote || reader.error()));
+    return {writer.error(), reader.error()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("crypt: sealed window writes arrive whole, every byte checked", "[crypt]") {
+  sealed_pair p;
+  sealed_windows sw(p);
+  CHECK(sw.reader.landing().size() == rdx::sealed_window_bytes(win_capacity, win_chunk));
+  CHECK(rdx::sealed_window_bytes(4097, 4096) == 4097 + 2 * rdx::sealed_message_overhead);
+  std::uint32_t seed = 0;
+  for (std::size_t n : {std::size_t{1}, std::size_t{win_chunk - 1}, std::size_t{win_chunk},
+                        std::size_t{win_chunk + 1}, std::size_t{65536 + 5}, win_capacity}) {
+    INFO(n << " bytes");
+    for (int round = 0; round < 3; ++round) {
+      const auto src = pattern(n, ++seed);
+      std::vector<std::byte> dst(n, std::byte{0xee});
+      const auto [we, re] = sw.transfer(src, dst);
+      REQUIRE(we == std::error_code{});
+      REQUIRE(re == std::error_code{});
+      CHECK(sw.reader.chunks_opened() == (n + win_chunk - 1) / win_chunk);
+      REQUIRE(std::memcmp(dst.data(), src.data(), n) == 0);
+    }
+  }
+  // What crosses the wire and lands is ciphertext: the landing window, read
+  // before the reader opens it, holds no chunk's payload.
+  {
+    const std::size_t n = 8 * win_chunk;
+    const auto src = pattern(n, 4242);
+    std::vector<std::byte> dst(n);
+    REQUIRE(sw.writer.write(sw.w, src, clk::now() + 10s) == std::error_code{});
+    for (std::size_t k = 0; k < 8; ++k) {
+      const std::byte* landed = sw.reader.landing().data() + k * (win_chunk + rdx::sealed_message_overhead);
+      CHECK(std::memcmp(landed + rdx::sealed_payload_offset, src.data() + k * win_chunk, 64) != 0);
+    }
+    REQUIRE(sw.reader.read(dst, clk::now() + 10s) == std::error_code{});
+    CHECK(dst == src);
+  }
+  // Messages keep their own sequence beside the windows'.
+  rdx::channel<std::uint64_t> tx(p.a), rx(p.b);
+  auto r = rx.receive();
+  auto s = tx.send(7);
+  p.run(r);
+  CHECK(r.value() == 7);
+  CHECK_FALSE(p.b.failed());
+}
+
+TEST_CASE("crypt: a sealed window refuses chunks changed, replayed, skipped or written without the key",
+          "[crypt]") {
+  struct scenario {
+    misdeed m;
+    std::size_t flip_at;
+    const char* named;
+  };
+  // Chunk 3 of the second transfer (window sequence 8 + 3 = 11) misbehaves.
+  const scenario cases[] = {
+      {misdeed::flip, 7, "again"},      {misdeed::flip, 8, "tag"},     {misdeed::flip, 8 + 4095, "tag"},
+      {misdeed::flip, 8 + 4096, "tag"}, {misdeed::replay, 0, "again"}, {misdeed::skip, 0, "reordered"},
+      {misdeed::other_key, 0, "tag"},
+  };
+  for (const scenario& sc : cases) {
+    INFO("misdeed " << static_cast<int>(sc.m) << " at byte " << sc.flip_at);
+    sealed_pair p;
+    sealed_windows sw(p, std::make_unique<hostile_seal>(sc.m, 11, sc.flip_at, seal_lane::windows));
+    const std::size_t n = 8 * win_chunk;
+    const auto first = pattern(n, 1);
+    std::vector<std::byte> got(n, std::byte{0xee});
+    auto [we, re] = sw.transfer(first, got);
+    REQUIRE(re == std::error_code{});
+    REQUIRE(std::memcmp(got.data(), first.data(), n) == 0);
+    const auto second = pattern(n, 2);
+    std::fill(got.begin(), got.end(), std::byte{0xee});
+    std::tie(we, re) = sw.transfer(second, got);
+    CHECK(re == rdx::errc::integrity_failed);
+    // Chunks 0-2 checked and are delivered; from chunk 3 on nothing is.
+    CHECK(sw.reader.chunks_opened() == 3);
+    CHECK(std::memcmp(got.data(), second.data(), 3 * win_chunk) == 0);
+    CHECK(std::all_of(got.begin() + 3 * win_chunk, got.end(),
+                      [](std::byte c) { return c == std::byte{0xee}; }));
+    CHECK(p.b.failed());
+    const std::string why = p.b.failure_message();
+    INFO(why);
+    CHECK(why.find("sealed window chunk 3: ") != std::string::npos);
+    CHECK(why.find(sc.named) != std::string::npos);
+    CHECK(std::string(sw.reader.failure()).find("chunk 3") != std::string::npos);
+    // A later read is refused at once.
+    CHECK(sw.reader.start(got) == rdx::errc::integrity_failed);
+  }
+}
+
+TEST_CASE("crypt: sealed windows check their input before anything reaches the NIC", "[crypt]") {
+  sealed_pair p;
+  sealed_windows sw(p);
+  std::vector<std::byte> src(win_capacity + 1), dst(win_capacity + 1);
+  // Larger than the window; empty; a window of another connection.
+  CHECK(sw.writer.start(sw.w, src) == rdx::errc::limit_exceeded);
+  CHECK(sw.writer.start(sw.w, std::span<const std::byte>()) == rdx::errc::invalid_argument);
+  rdx::grant<std::byte, rights::write> g2(p.a, sw.reader.landing());
+  rdx::remote_window<std::byte, rights::write> other(p.b, g2.descriptor());
+  CHECK(sw.writer.start(other, std::span<const std::byte>(src).first(10)) == rdx::errc::invalid_argument);
+  CHECK_FALSE(sw.writer.busy());
+  CHECK(sw.reader.start(dst) == rdx::errc::limit_exceeded);
+  CHECK(sw.reader.start(std::span<std::byte>()) == rdx::errc::invalid_argument);
+  CHECK_FALSE(sw.reader.busy());
+  // A read or write already running.
+  REQUIRE(sw.reader.start(std::span(dst).first(100)) == std::error_code{});
+  CHECK(sw.reader.start(std::span(dst).first(100)) == rdx::errc::not_ready);
+  REQUIRE(sw.writer.start(sw.w, std::span<const std::byte>(src).first(100)) == std::error_code{});
+  CHECK(sw.writer.start(sw.w, std::span<const std::byte>(src).first(100)) == rdx::errc::not_ready);
+  CHECK(sw.writer.finish(clk::now() + 10s) == std::error_code{});
+  CHECK(sw.reader.finish(clk::now() + 10s) == std::error_code{});
+  // Bad sizes at construction.
+  std::string what;
+  auto seal = seal_for(9, true, seal_lane::windows);
+  CHECK(code_of([&] { rdx::sealed_writer x(p.a, p.pd, *seal, 0); }, &what) == rdx::errc::invalid_argument);
+  CHECK(what.find("chunk must be") != std::string::npos);
+  CHECK(code_of([&] { rdx::sealed_reader x(p.b, p.pd, *seal, 4096, 0); }, &what) ==
+        rdx::errc::invalid_argument);
+  CHECK(what.find("capacity") != std::string::npos);
+  // Window and message IVs never meet: the same keys, another lane, do not open each other's chunks.
+  auto msg_side = seal_for(5, false, seal_lane::messages);
+  auto win_side = seal_for(5, true, seal_lane::windows);
+  std::vector<std::byte> sealed(64 + rdx::sealed_message_overhead);
+  const auto plain = pattern(64, 3);
+  REQUIRE(win_side->seal(plain, sealed.data()) == std::error_code{});
+  CHECK(msg_side->open(sealed, nullptr) == rdx::errc::integrity_failed);
 }

@@ -98,6 +98,13 @@ struct session_keys {
   return k;
 }
 
+//! Which of a connection's two sealed streams a seal serves: its messages
+//! (connection_attr::encrypt) or its sealed window writes (sealed_writer and
+//! sealed_reader, rdx/channel/sealed_window.hpp). Each has its own sequence
+//! from 0 under the same keys, so their IVs differ in the direction word:
+//! messages carry 1 and 2, windows 3 and 4, and no nonce serves both.
+enum class seal_lane : std::uint8_t { messages, windows };
+
 //! Seals one connection's messages with AES-256-GCM under session_keys:
 //! sequence numbers 0, 1, 2... in each direction, opened strictly in order.
 //! Both contexts are keyed once, when constructed; a message sets only its
@@ -107,11 +114,11 @@ struct session_keys {
 class aes_gcm_seal final : public message_seal {
 public:
   //! @throws rdx::error (errc::operation_failed) when OpenSSL fails.
-  explicit aes_gcm_seal(const session_keys& keys)
+  explicit aes_gcm_seal(const session_keys& keys, seal_lane lane = seal_lane::messages)
       : encrypt_(detail::gcm_context(keys.send, true)),
         decrypt_(detail::gcm_context(keys.receive, false)),
-        send_direction_(keys.send_direction),
-        receive_direction_(keys.receive_direction),
+        send_direction_(keys.send_direction + (lane == seal_lane::windows ? 2U : 0U)),
+        receive_direction_(keys.receive_direction + (lane == seal_lane::windows ? 2U : 0U)),
         send_key_id_(detail::key_id(keys.send)),
         receive_key_id_(detail::key_id(keys.receive)) {}
   aes_gcm_seal(const aes_gcm_seal&) = delete;

@@ -288,22 +288,22 @@ public:
   }
 
   //! After a successful finish(): an aes_gcm_seal under session keys
-  //! derived from the key, both hellos and the digests of both streams. One
-  //! per set-up: a second seal would start its sequence at 0 again and
-  //! repeat nonces, so the keys are wiped once it is made.
+  //! derived from the key, both hellos and the digests of both streams, for
+  //! the connection's messages (exchange_and_connect makes it). One per
+  //! set-up: a second seal would start its sequence at 0 again and repeat
+  //! nonces; the keys are wiped once this and make_window_seal() are made.
   //! @throws rdx::error (errc::not_ready) before finish() has succeeded or
   //!         once a seal was made; errc::operation_failed when OpenSSL fails.
   [[nodiscard]] std::unique_ptr<message_seal> make_seal() override {
-    if (state_ != state::done || !keys_) {
-      throw error(errc::not_ready, seal_made_
-                                       ? "psk_authenticator::make_seal: a seal was made already (one per "
-                                         "set-up: a second would repeat nonces)"
-                                       : "psk_authenticator::make_seal: finish() has not succeeded");
-    }
-    auto seal = std::make_unique<aes_gcm_seal>(*keys_);
-    keys_.reset();
-    seal_made_ = true;
-    return seal;
+    return make_lane(seal_lane::messages, message_seal_made_, "make_seal");
+  }
+  //! After a successful finish(): the seal of the connection's sealed window
+  //! writes (sealed_writer, sealed_reader: rdx/channel/sealed_window.hpp),
+  //! under the same session keys with IVs of its own (seal_lane::windows).
+  //! One per set-up, as make_seal().
+  //! @throws rdx::error as make_seal().
+  [[nodiscard]] std::unique_ptr<aes_gcm_seal> make_window_seal() {
+    return make_lane(seal_lane::windows, window_seal_made_, "make_window_seal");
   }
   //! After a successful finish(): names of this side's send and receive
   //! keys (the first 8 bytes of their SHA-256), for logs and tests: one
@@ -384,7 +384,23 @@ private:
   std::uint64_t received_bytes_ = 0;
   bool digest_failed_ = false;
   std::optional<session_keys> keys_;
-  bool seal_made_ = false;
+  bool message_seal_made_ = false;
+  bool window_seal_made_ = false;
+
+  std::unique_ptr<aes_gcm_seal> make_lane(seal_lane lane, bool& made, const char* what) {
+    if (state_ != state::done || !keys_ || made) {
+      throw error(errc::not_ready, std::string("psk_authenticator::") + what +
+                                       (made ? ": a seal was made already (one per set-up: a second would "
+                                               "repeat nonces)"
+                                             : ": finish() has not succeeded"));
+    }
+    auto seal = std::make_unique<aes_gcm_seal>(*keys_, lane);
+    made = true;
+    if (message_seal_made_ && window_seal_made_) {
+      keys_.reset();
+    }
+    return seal;
+  }
   std::uint64_t send_id_ = 0;
   std::uint64_t receive_id_ = 0;
 };

@@ -118,6 +118,13 @@ public:
                              std::size_t bytes) noexcept;
   void start_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
                     std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept;
+  //! start_notify of bytes the caller sealed already (sealed_writer): allowed
+  //! on an encrypted connection, where a plain notify is refused.
+  void start_sealed_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey, std::uint64_t raddr,
+                           std::uint32_t rkey, std::uint32_t bytes, std::uint32_t tag) noexcept;
+  //! A sealed window chunk failed its check (sealed_reader): the connection
+  //! fails with errc::integrity_failed, failure_message() ending in why.
+  [[gnu::cold]] void fail_sealed_window(const char* why) noexcept;
   void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                      bool exact) noexcept;
   void start_notification(operation& op) noexcept;

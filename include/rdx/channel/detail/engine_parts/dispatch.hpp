@@ -231,6 +231,14 @@ inline void engine::fail_integrity() noexcept {
   fail(make_error_code(errc::integrity_failed));
 }
 
+inline void engine::fail_sealed_window(const char* why) noexcept {
+  if (failed_) {
+    return;
+  }
+  std::snprintf(failure_text_, sizeof failure_text_, "%s", why);
+  fail(make_error_code(errc::integrity_failed));
+}
+
 // A taken buffer, queued for its repost (repost_consumed).
 inline void engine::consume(std::uint32_t i) noexcept {
   if (failed_) {

@@ -188,6 +188,18 @@ inline void engine::start_notify(operation& op, std::uint64_t laddr, std::uint32
   submit(op);
 }
 
+inline void engine::start_sealed_notify(operation& op, std::uint64_t laddr, std::uint32_t lkey,
+                                        std::uint64_t raddr, std::uint32_t rkey, std::uint32_t bytes,
+                                        std::uint32_t tag) noexcept {
+  thread_check::scope guard(*thread_, "notifying");
+  op.kind_ = op_kind::notify;
+  if (!usable(op)) {
+    return;
+  }
+  op.p_ = op_params{.laddr = laddr, .raddr = raddr, .length = bytes, .lkey = lkey, .rkey = rkey, .tag = tag};
+  submit(op);
+}
+
 inline void engine::start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                                   bool exact) noexcept {
   thread_check::scope guard(*thread_, "receiving");
