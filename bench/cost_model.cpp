@@ -33,6 +33,12 @@
 #include "ucx_twin.hpp"
 #endif
 
+#if RDX_COST_SEALED
+#include <rdx/auth/aes_gcm.hpp>
+
+#include <openssl/evp.h>
+#endif
+
 #include <arpa/inet.h>
 
 #if __has_include(<valgrind/callgrind.h>)
@@ -46,6 +52,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -80,6 +87,32 @@ constexpr const char* operations[] = {"build",        "post",        "post_exten
                                       "window_write", "window_read", "fetch_add",           "compare_swap",
                                       "channel_64",   "channel_4k",  "channel_4k_zero_copy"};
 
+// Then those on encrypted connections (connection_attr::encrypt): only in a
+// build with OpenSSL (rdx::auth, RDX_COST_SEALED), and not with --peers
+// (their pair has connections of its own, on no worker).
+constexpr const char* sealed_operations[] = {"channel_64_sealed", "channel_4k_sealed"};
+#if RDX_COST_SEALED
+constexpr bool built_sealed = true;
+#else
+constexpr bool built_sealed = false;
+#endif
+
+bool is_sealed(const std::string& op) {
+  return std::find(std::begin(sealed_operations), std::end(sealed_operations), op) !=
+         std::end(sealed_operations);
+}
+
+// --help's words on them, in a build that has them.
+#if RDX_COST_SEALED
+constexpr const char* sealed_help =
+    ",\n"
+    "                   channel_64_sealed, channel_4k_sealed (connection_attr::encrypt;\n"
+    "                   the raw twin seals and opens with OpenSSL's AES-256-GCM; not\n"
+    "                   with --peers)";
+#else
+constexpr const char* sealed_help = "";
+#endif
+
 struct options {
   unsigned iterations = 256;
   unsigned warmup = 32;
@@ -109,8 +142,9 @@ struct options {
       "                   connection's receives and send staging are on it (OP@Npool)\n"
       "  --only OPS       these operations only: build, post, post_extended, poll,\n"
       "                   window_write, window_read, fetch_add, compare_swap,\n"
-      "                   channel_64, channel_4k, channel_4k_zero_copy\n"
-      "  -h, --help       this text\n");
+      "                   channel_64, channel_4k, channel_4k_zero_copy%s\n"
+      "  -h, --help       this text\n",
+      sealed_help);
   std::exit(rc);
 }
 
@@ -159,7 +193,15 @@ options parse(int argc, char** argv) {
       while (at <= v.size()) {
         const std::size_t comma = std::min(v.find(',', at), v.size());
         const std::string name = v.substr(at, comma - at);
-        if (std::find(std::begin(operations), std::end(operations), name) == std::end(operations)) {
+        if (!built_sealed && is_sealed(name)) {
+          std::fprintf(stderr,
+                       "rdx_cost_model: --only %s: built without OpenSSL, so no \"%s\" (apt-get install "
+                       "libssl-dev, then reconfigure)\n",
+                       v.c_str(), name.c_str());
+          std::exit(2);
+        }
+        if (std::find(std::begin(operations), std::end(operations), name) == std::end(operations) &&
+            !is_sealed(name)) {
           std::fprintf(stderr, "rdx_cost_model: --only %s: no operation \"%s\" (see --help)\n", v.c_str(),
                        name.c_str());
           usage(2);
@@ -176,10 +218,23 @@ options parse(int argc, char** argv) {
     std::fprintf(stderr, "rdx_cost_model: --pool needs --peers N (the pool is a worker's)\n");
     usage(2);
   }
+  if (o.peers != 0) {
+    for (const auto& name : o.only) {
+      if (is_sealed(name)) {
+        std::fprintf(stderr,
+                     "rdx_cost_model: --only %s: not with --peers (the encrypted pair is on no worker)\n",
+                     name.c_str());
+        usage(2);
+      }
+    }
+  }
   return o;
 }
 
 constexpr std::size_t region = 64 * 1024;
+// The largest message: 4096 bytes of payload, sealed (a sequence number
+// before it, a tag after it) on the encrypted pair.
+constexpr std::uint32_t largest_message = 4096 + rdx::sealed_message_overhead;
 constexpr rdx::rights win_rights = rdx::rights::read | rdx::rights::write;
 constexpr rdx::rights atomic_rights = rdx::rights::read | rdx::rights::write | rdx::rights::atomic;
 
@@ -308,6 +363,7 @@ public:
       : o_(o), suffix_(o.peers != 0 ? "@" + std::to_string(o.peers) + (o.pool ? "pool" : "") : "") {}
 
   bool wanted(const std::string& op) const {
+    if (o_.peers != 0 && is_sealed(op)) return false;
     if (o_.only.empty()) return true;
     for (const auto& s : o_.only)
       if (s == op) return true;
@@ -393,6 +449,137 @@ void drain(ibv_cq* cq) {
 void check(std::error_code ec, const char* what) {
   if (ec) fail(std::string(what) + ": " + ec.message());
 }
+
+#if RDX_COST_SEALED
+// One side's session keys of a set-up with secret seed s, from fixed test
+// bytes (as tests/rdma/channel_crypt.cpp makes them): both sides agree.
+rdx::auth::session_keys keys_for(unsigned char s, bool first) {
+  std::array<std::byte, 32> secret{};
+  for (std::size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<std::byte>(s + i);
+  std::array<std::byte, 40> h1{}, h2{};
+  for (std::size_t i = 0; i < h1.size(); ++i) {
+    h1[i] = static_cast<std::byte>(7 + i);
+    h2[i] = static_cast<std::byte>(14 + i);
+  }
+  std::array<std::byte, 32> d1{}, d2{};
+  d1.fill(std::byte{0x11});
+  d2.fill(std::byte{0x22});
+  return first ? rdx::auth::derive_session_keys(secret, h1, h2, d1, d2)
+               : rdx::auth::derive_session_keys(secret, h2, h1, d1, d2);
+}
+
+// The raw twin's cryptography, by hand with OpenSSL's EVP: AES-256-GCM
+// contexts keyed once; a message sets its IV (u32 direction, u64 sequence,
+// big-endian), runs its sequence number through as additional data, then
+// its payload, and ends with the tag. The layout is rdx's: sequence,
+// ciphertext, 16-byte tag.
+class raw_gcm {
+public:
+  raw_gcm(const rdx::auth::session_keys& sender, const rdx::auth::session_keys& receiver)
+      : enc_(keyed(sender.send.data(), true)),
+        dec_(keyed(receiver.receive.data(), false)),
+        send_direction_(sender.send_direction),
+        receive_direction_(receiver.receive_direction) {}
+  raw_gcm(const raw_gcm&) = delete;
+  raw_gcm& operator=(const raw_gcm&) = delete;
+  ~raw_gcm() {
+    ::EVP_CIPHER_CTX_free(enc_);
+    ::EVP_CIPHER_CTX_free(dec_);
+  }
+
+  // Seals n bytes of `plain` into out[0, n + 24); false when a call failed.
+  bool seal(const unsigned char* plain, int n, unsigned char* out) noexcept {
+    const std::uint64_t sequence = sent_++;
+    unsigned char iv[12];
+    put32(iv, send_direction_);
+    put64(iv + 4, sequence);
+    put64(out, sequence);
+    unsigned char last[16];
+    int len = 0;
+    return ::EVP_EncryptInit_ex(enc_, nullptr, nullptr, nullptr, iv) == 1 &&
+           ::EVP_EncryptUpdate(enc_, nullptr, &len, out, 8) == 1 &&
+           ::EVP_EncryptUpdate(enc_, out + 8, &len, plain, n) == 1 &&
+           ::EVP_EncryptFinal_ex(enc_, last, &len) == 1 &&
+           ::EVP_CIPHER_CTX_ctrl(enc_, EVP_CTRL_GCM_GET_TAG, 16, out + 8 + n) == 1;
+  }
+
+  // Opens the sealed message `in` (an n-byte payload) in place and copies
+  // the payload to dst; false when a call failed or the tag did not match.
+  // The IV carries the sequence number expected next, so a message with
+  // another fails its tag.
+  bool open(unsigned char* in, int n, unsigned char* dst) noexcept {
+    unsigned char iv[12];
+    put32(iv, receive_direction_);
+    put64(iv + 4, opened_);
+    unsigned char last[16];
+    int len = 0;
+    if (::EVP_DecryptInit_ex(dec_, nullptr, nullptr, nullptr, iv) != 1 ||
+        ::EVP_DecryptUpdate(dec_, nullptr, &len, in, 8) != 1 ||
+        ::EVP_DecryptUpdate(dec_, in + 8, &len, in + 8, n) != 1 ||
+        ::EVP_CIPHER_CTX_ctrl(dec_, EVP_CTRL_GCM_SET_TAG, 16, in + 8 + n) != 1 ||
+        ::EVP_DecryptFinal_ex(dec_, last, &len) != 1)
+      return false;
+    ++opened_;
+    std::memcpy(dst, in + 8, static_cast<std::size_t>(n));
+    return true;
+  }
+
+private:
+  static EVP_CIPHER_CTX* keyed(const std::byte* key, bool encrypt) {
+    EVP_CIPHER_CTX* c = ::EVP_CIPHER_CTX_new();
+    if (c == nullptr) fail("EVP_CIPHER_CTX_new failed");
+    const auto init = encrypt ? ::EVP_EncryptInit_ex : ::EVP_DecryptInit_ex;
+    if (init(c, ::EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+        ::EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_IVLEN, 12, nullptr) != 1 ||
+        init(c, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key), nullptr) != 1) {
+      ::EVP_CIPHER_CTX_free(c);
+      fail("AES-256-GCM context: OpenSSL failed");
+    }
+    return c;
+  }
+  static void put32(unsigned char* p, std::uint32_t v) noexcept {
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (24 - 8 * i));
+  }
+  static void put64(unsigned char* p, std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (56 - 8 * i));
+  }
+
+  EVP_CIPHER_CTX* enc_;
+  EVP_CIPHER_CTX* dec_;
+  std::uint32_t send_direction_;
+  std::uint32_t receive_direction_;
+  std::uint64_t sent_ = 0;
+  std::uint64_t opened_ = 0;
+};
+
+// Both twins of the sealed rows, set up only when one is measured. rdx: two
+// connections of their own with connection_attr::encrypt, each sealed by
+// rdx::auth::aes_gcm_seal under session keys from fixed test bytes (seed 5),
+// and a channel on each. Raw: raw_gcm under keys of another seed (6), so no
+// IV is used twice under one key; its messages go over the raw pair.
+struct sealed_twin {
+  explicit sealed_twin(const rdx::protection_domain& pd)
+      : ca(pd, attr()), cb(pd, attr()), raw(keys_for(6, true), keys_for(6, false)) {
+    ca.seal_with(std::make_unique<rdx::auth::aes_gcm_seal>(keys_for(5, true)));
+    cb.seal_with(std::make_unique<rdx::auth::aes_gcm_seal>(keys_for(5, false)));
+    rdx::connect_pair(ca, cb);
+    cha.emplace(ca);
+    chb.emplace(cb);
+  }
+  // As fixture::attr(), sealed: message_size carries a 4096-byte payload.
+  static rdx::connection_attr attr() {
+    return rdx::connection_attr{.recv_depth = 64,
+                                .message_size = largest_message,
+                                .keepalive = 0ms,
+                                .stall_timeout = 0ms,
+                                .encrypt = true};
+  }
+
+  rdx::connection ca, cb;
+  std::optional<rdx::channel<std::byte>> cha, chb;
+  raw_gcm raw;
+};
+#endif
 
 void run(const options& o) {
   fixture f(o.peers, o.pool);
@@ -576,7 +763,7 @@ void run(const options& o) {
     if (!r.wanted(op)) return;
     const ibv_sge src = a.mr.sge(0, size);
     // Receives of the largest size, so that one pass's leftovers fit the next.
-    const ibv_sge rsge = b.mr.sge(0, 4096);
+    const ibv_sge rsge = b.mr.sge(0, largest_message);
     if (!receives_posted) {
       for (int i = 0; i < 16; ++i) check(b.qp.post_recv(rdx::wr::recv(rsge)), "post_recv (setup)");
       receives_posted = true;
@@ -695,6 +882,106 @@ void run(const options& o) {
 #endif
   message("channel_4k", 4096, false);
   message("channel_4k_zero_copy", 4096, true);
+#if RDX_COST_SEALED
+  // A sealed message and its receipt (connection_attr::encrypt). Plain
+  // verbs: AES-256-GCM sealing of the payload into the registered send
+  // buffer (raw_gcm, by hand with EVP), the signaled send with immediate data
+  // of the sealed bytes, the receiver's completion, the decryption in place
+  // with its tag check and the copy of the payload into the destination, the
+  // repost of the receive, the sender's completion. rdx: channel send (copied
+  // to staging, sealed there when posted), the receive into the caller's
+  // buffer (opened in the ring, then copied out), the send's completion, both
+  // operations destroyed. Every pass checks the payload that arrived
+  // (uncounted).
+  std::optional<sealed_twin> sealed;
+  auto sealed_message = [&](const char* op, std::uint32_t size) {
+    if (!r.wanted(op)) return;
+    if (!sealed) sealed.emplace(f.pd);
+    sealed_twin& s = *sealed;
+    const ibv_sge src = a.mr.sge(0, size + rdx::sealed_message_overhead);
+    const ibv_sge rsge = b.mr.sge(0, largest_message);
+    if (!receives_posted) {
+      for (int i = 0; i < 16; ++i) check(b.qp.post_recv(rdx::wr::recv(rsge)), "post_recv (setup)");
+      receives_posted = true;
+    }
+    const std::span<std::byte> dst(f.local.data(), size);
+    const std::span<std::byte> payload(f.local.data() + region / 2, size);
+    for (std::size_t i = 0; i < size; ++i) payload[i] = static_cast<std::byte>(i * 7 + 1);
+    const std::span<const std::byte> msg(payload);
+    auto arrived = [&](const char* api) {
+      if (std::memcmp(dst.data(), msg.data(), size) != 0)
+        fail(std::string(api) + "/" + op + ": the payload that arrived differs from the one sent");
+    };
+    auto* const sealed_out = reinterpret_cast<unsigned char*>(a.mem.data());
+    auto* const sealed_in = reinterpret_cast<unsigned char*>(b.mem.data());
+    const auto* const plain = reinterpret_cast<const unsigned char*>(msg.data());
+    auto* const to = reinterpret_cast<unsigned char*>(dst.data());
+    const int n = static_cast<int>(size);
+    r.pass("raw", op, [&](bool m) {
+      std::memset(dst.data(), 0, size);
+      collect(m);
+      const bool sealed_ok = s.raw.seal(plain, n, sealed_out);
+      const int rc = sealed_ok ? raw_post(a, IBV_WR_SEND_WITH_IMM, src, 0, 0, 7) : -1;
+      collect(m);
+      if (!sealed_ok) fail("raw AES-256-GCM seal failed");
+      if (rc != 0) fail("ibv_post_send failed");
+      r.settle();
+      bool received = false, opened = false, sent = false;
+      collect(m);
+      received = raw_take(b.rcq.native_handle());
+      if (received) {
+        opened = s.raw.open(sealed_in, n, to);
+        ibv_sge sg = rsge;
+        ibv_recv_wr w{};
+        w.sg_list = &sg;
+        w.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        if (::ibv_post_recv(b.qp.native_handle(), &w, &bad) != 0) fail("ibv_post_recv failed");
+        sent = raw_take(a.scq.native_handle());
+      }
+      collect(m);
+      // Late: finish uncounted, and the pass runs again.
+      if (!received) {
+        drain(b.rcq.native_handle());
+        opened = s.raw.open(sealed_in, n, to);
+        check(b.qp.post_recv(rdx::wr::recv(rsge)), "post_recv");
+      }
+      if (!opened) fail("raw AES-256-GCM open failed (the tag did not match)");
+      if (!sent) drain(a.scq.native_handle());
+      arrived("raw");
+      return received && sent;
+    });
+    r.pass("rdx", op, [&](bool m) {
+      std::memset(dst.data(), 0, size);
+      bool got = false;
+      collect(m);
+      {
+        rdx::operation tx = s.cha->send(msg);
+        collect(m);
+        r.settle();
+        collect(m);
+        auto rx = s.chb->receive(dst);
+        const bool received = rx.test();
+        const bool sent = tx.test();
+        got = received && sent;
+        if (!got) {
+          collect(m);
+          check(rx.wait(5s), "channel receive");
+          check(tx.wait(5s), "channel send");
+          collect(m);
+        }
+        check(rx.error(), "channel receive");
+        check(tx.error(), "channel send");
+        if (rx.byte_count() != size) fail("channel receive: " + std::to_string(rx.byte_count()) + " bytes");
+      }
+      collect(m);
+      arrived("rdx");
+      return got;
+    });
+  };
+  sealed_message("channel_64_sealed", 64);
+  sealed_message("channel_4k_sealed", 4096);
+#endif
 }
 
 }  // namespace

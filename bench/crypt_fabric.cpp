@@ -6,7 +6,7 @@
 //
 // Per round, per message size: message throughput and round-trip latency on
 // a plain connection pair and on a sealed one; per transfer size: a window
-// write (plain) against a stream of sealed messages. Each point gets a fresh
+// write (plain) against a sealed window write (sealed_writer, sealed_reader). Each point gets a fresh
 // connection pair over its own authenticated TCP set-up; the server checks
 // every byte. The parts: crypt_fabric/ (options, plan, pattern, link,
 // messages, transfers, report).

@@ -6,6 +6,7 @@
 #include <rdx/auth/psk.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>
+#include <rdx/channel/sealed_window.hpp>
 #include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/rdx.hpp>
@@ -90,11 +91,10 @@ private:
 };
 
 //! The attributes of a point's connection: a message buffer of its payload
-//! (a message size, a transfer's chunk, or 16 bytes for a window write's
-//! done message) plus the seal's overhead in both modes, so plain and sealed
-//! connections have the same buffers.
+//! (a message size, or 16 bytes for a transfer's done message and replies) plus the seal's overhead in both
+//! modes, so plain and sealed connections have the same buffers.
 inline rdx::connection_attr attr_for(const bench_env& e, const point& p) {
-  std::uint64_t payload = p.what == kind::message ? p.size : p.how == mode::sealed ? e.pl.chunk : 16;
+  std::uint64_t payload = p.what == kind::message ? p.size : 16;
   payload = std::max<std::uint64_t>(payload, 16);  // the 8-byte replies fit
   const auto size = static_cast<std::uint32_t>(payload + rdx::sealed_message_overhead);
   return rdx::connection_attr{.queue_pairs = 1,
@@ -123,10 +123,23 @@ public:
     if (grant_) {
       grants.push_back(grant_->descriptor());
     }
+    const bool sealed_transfer = p.what == kind::transfer && p.how == mode::sealed;
+    if (sealed_transfer && !e.client()) {
+      // The landing window is granted in the set-up; its seal comes from it.
+      reader_.emplace(conn_, e.pd, static_cast<std::uint32_t>(e.pl.chunk), p.size);
+      landing_.emplace(conn_, reader_->landing());
+      grants.push_back(landing_->descriptor());
+    }
     const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
                                std::chrono::milliseconds{1});
     offer_ = rdx::exchange_and_connect(sock_, conn_, grants,
                                        rdx::exchange_options{.timeout = left, .auth = &auth});
+    if (sealed_transfer) {
+      window_seal_ = auth.make_window_seal();
+      if (reader_) {
+        (void)reader_->seal_with(*window_seal_);
+      }
+    }
   }
   link(const link&) = delete;
   link& operator=(const link&) = delete;
@@ -136,6 +149,16 @@ public:
 
   [[nodiscard]] rdx::connection& conn() noexcept { return conn_; }
   [[nodiscard]] const rdx::peer_offer& offer() const noexcept { return offer_; }
+  //! A sealed transfer's window seal (the set-up's window keys).
+  [[nodiscard]] rdx::message_seal& window_seal() noexcept { return *window_seal_; }
+  //! A sealed transfer's reader (the server's), its landing window granted.
+  [[nodiscard]] rdx::sealed_reader& reader() noexcept { return *reader_; }
+  //! @throws failure as wait() when ec is an error.
+  void check(const std::error_code& ec, const char* what, std::uint64_t k) const {
+    if (ec) {
+      fail(ec, what, k);
+    }
+  }
 
   //! Waits for op, the k-th `what` of the point (a send or a write).
   //! @throws failure naming the point, the operation, the error and why the connection failed.
@@ -175,6 +198,9 @@ private:
 
   rdx::connection conn_;
   std::optional<rdx::grant<std::byte, rdx::rights::write>> grant_;  // revoked before conn_ goes
+  std::unique_ptr<rdx::auth::aes_gcm_seal> window_seal_;            // outlives the reader
+  std::optional<rdx::sealed_reader> reader_;                        // its landing outlives the grant
+  std::optional<rdx::grant<std::byte, rdx::rights::write>> landing_;
   rdx::tcp::socket sock_;
   rdx::peer_offer offer_;
   std::chrono::seconds timeout_;

@@ -6,9 +6,14 @@
 #include <rdx/cuda/staged_rdma.hpp>
 #include <rdx/cuda/staging_types.hpp>
 #include <rdx/rdx.hpp>
+#if RDX_TEST_SEALED
+#include <rdx/auth/aes_gcm.hpp>
+#endif
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -265,3 +270,121 @@ TEST_CASE("a receiver that never hands a slot back ends the send in time, and th
   // The two writes that went out landed whole in b's bounce slots.
   REQUIRE(std::memcmp(b.pipe.bounce_buffers().data(), msg.data(), 2 * 4096) == 0);
 }
+
+#if RDX_TEST_SEALED
+namespace {
+
+// Window keys of one side of a made-up set-up with secret seed s.
+std::unique_ptr<rdx::auth::aes_gcm_seal> staged_seal_for(unsigned char s, bool first) {
+  std::array<std::byte, 32> secret{}, d1{}, d2{};
+  std::array<std::byte, 40> h1{}, h2{};
+  for (std::size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<std::byte>(s + i);
+  h1.fill(std::byte{1});
+  h2.fill(std::byte{2});
+  d1.fill(std::byte{0x11});
+  d2.fill(std::byte{0x22});
+  const auto keys = first ? rdx::auth::derive_session_keys(secret, h1, h2, d1, d2)
+                          : rdx::auth::derive_session_keys(secret, h2, h1, d1, d2);
+  return std::make_unique<rdx::auth::aes_gcm_seal>(keys, rdx::auth::seal_lane::windows);
+}
+
+// A side's sealed slots: depth * (chunk + 24) bytes, remote-writable.
+struct sealed_slots {
+  std::vector<std::byte> mem;
+  rdx::memory_region mr;
+  sealed_slots(const rdx::protection_domain& pd, const rdx::cuda::staging_options& o)
+      : mem((o.chunk_bytes + rdx::sealed_message_overhead) * o.depth),
+        mr(pd, std::span(mem), rdx::access::local_write | rdx::access::remote_write) {}
+};
+
+}  // namespace
+
+TEST_CASE("sealed staged transfers arrive whole; a chunk sealed with another key is never delivered",
+          "[crypt]") {
+  const rdx::cuda::staging_options opt{.chunk_bytes = 4096, .depth = 3};
+  auto ctx = rdx::context::open_default();
+  rdx::protection_domain pd(ctx);
+  side a(ctx, pd, opt);
+  side b(ctx, pd, opt);
+  sealed_slots sa(pd, opt), sb(pd, opt);
+  a.qp.connect(b.qp.local_endpoint());
+  b.qp.connect(a.qp.local_endpoint());
+  const bool foreign = GENERATE(false, true);
+  INFO((foreign ? "a seals with another key" : "both sides share the keys"));
+  auto seal_a = staged_seal_for(foreign ? 9 : 5, true);
+  auto seal_b = staged_seal_for(5, false);
+  // a waits for an echo that a refusing b never sends: not long.
+  const auto limit = foreign ? std::chrono::seconds(2) : std::chrono::seconds(10);
+  rdx::cuda::staged_rdma ra(a.qp, a.send_cq, a.recv_cq, a.bounce, b.bounce.remote(), opt, limit,
+                            {.seal = seal_a.get(), .local = &sa.mr, .peer = sb.mr.remote()});
+  rdx::cuda::staged_rdma rb(b.qp, b.send_cq, b.recv_cq, b.bounce, a.bounce.remote(), opt, limit,
+                            {.seal = seal_b.get(), .local = &sb.mr, .peer = sa.mr.remote()});
+  ra.post_receives();
+  rb.post_receives();
+  const std::vector<std::size_t> sizes{100, 4096 * 3, 4096 * 9 + 123};
+  std::string b_error;
+  std::vector<std::vector<std::byte>> got_b;
+  std::thread peer([&] {
+    try {
+      for (std::size_t n : sizes) {
+        got_b.emplace_back(n, std::byte{0xee});
+        rb.receive(b.pipe, got_b.back().data(), n);
+        rb.send(b.pipe, got_b.back().data(), n);  // echo, sealed by b
+      }
+    } catch (const rdx::error& e) {
+      CHECK(e.code() == rdx::errc::integrity_failed);
+      b_error = e.what();
+    }
+  });
+  std::uint64_t seed = 70;
+  std::vector<std::vector<std::byte>> back;
+  try {
+    for (std::size_t n : sizes) {
+      const auto msg = pattern(n, ++seed);
+      ra.send(a.pipe, msg.data(), n);
+      back.emplace_back(n);
+      ra.receive(a.pipe, back.back().data(), n);
+    }
+  } catch (const rdx::error& e) {
+    CHECK(foreign);  // a sees its peer stop answering
+  }
+  peer.join();
+  if (!foreign) {
+    CHECK(b_error.empty());
+    REQUIRE(back.size() == sizes.size());
+    seed = 70;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      ++seed;
+      REQUIRE(rdx::cuda::check_pattern_host(got_b[k].data(), sizes[k], seed).ok());
+      REQUIRE(rdx::cuda::check_pattern_host(back[k].data(), sizes[k], seed).ok());
+    }
+    // What crossed the wire into b's sealed slots is ciphertext.
+    CHECK(std::memcmp(sb.mem.data() + rdx::sealed_payload_offset, pattern(4096, seed).data(), 64) != 0);
+  } else {
+    INFO(b_error);
+    CHECK(b_error.find("chunk 0: ") != std::string::npos);
+    CHECK(b_error.find("authentication tag") != std::string::npos);
+    // Nothing of the refused chunk reached the receiver's memory.
+    REQUIRE(got_b.size() == 1);
+    CHECK(std::all_of(got_b[0].begin(), got_b[0].end(), [](std::byte c) { return c == std::byte{0xee}; }));
+  }
+}
+
+TEST_CASE("a sealed staged transfer refuses sealed slots that are too small", "[crypt]") {
+  const rdx::cuda::staging_options opt{.chunk_bytes = 4096, .depth = 2};
+  auto ctx = rdx::context::open_default();
+  rdx::protection_domain pd(ctx);
+  side a(ctx, pd, opt);
+  sealed_slots sa(pd, opt);
+  auto seal = staged_seal_for(5, true);
+  auto short_peer = sa.mr.remote();
+  short_peer.length = 2 * 4096;  // the chunks, without their 24 bytes each
+  REQUIRE_THROWS_WITH(rdx::cuda::staged_rdma(a.qp, a.send_cq, a.recv_cq, a.bounce, a.bounce.remote(), opt,
+                                             std::chrono::seconds(1),
+                                             {.seal = seal.get(), .local = &sa.mr, .peer = short_peer}),
+                      Catch::Contains("depth * (chunk + 24) = 8240 bytes"));
+  REQUIRE_THROWS_AS(rdx::cuda::staged_rdma(a.qp, a.send_cq, a.recv_cq, a.bounce, a.bounce.remote(), opt,
+                                           std::chrono::seconds(1), {.seal = seal.get()}),
+                    rdx::error);
+}
+#endif

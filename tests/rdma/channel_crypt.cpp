@@ -471,6 +471,33 @@ struct sealed_windows {
   }
 };
 
+// Misdeeds of a window seal: chunk 3 of the second transfer (window
+// sequence 8 + 3 = 11) misbehaves, and the reader names the check.
+struct window_misdeed {
+  misdeed m;
+  std::size_t flip_at;
+  const char* named;
+};
+constexpr window_misdeed window_misdeeds[] = {
+    {misdeed::flip, 7, "again"},      {misdeed::flip, 8, "tag"},     {misdeed::flip, 8 + 4095, "tag"},
+    {misdeed::flip, 8 + 4096, "tag"}, {misdeed::replay, 0, "again"}, {misdeed::skip, 0, "reordered"},
+    {misdeed::other_key, 0, "tag"},
+};
+
+// A refused transfer delivered chunks [0, k) of want into got and nothing
+// from chunk k on (got was filled with 0xee), and failed c naming `what`.
+void check_refused_at(const std::vector<std::byte>& got, const std::vector<std::byte>& want, std::size_t k,
+                      std::uint32_t opened, const rdx::connection& c, const std::string& what) {
+  CHECK(opened == k);
+  CHECK(std::memcmp(got.data(), want.data(), k * win_chunk) == 0);
+  CHECK(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(k * win_chunk), got.end(),
+                    [](std::byte x) { return x == std::byte{0xee}; }));
+  CHECK(c.failed());
+  const std::string why = c.failure_message();
+  INFO(why);
+  CHECK(why.find(what) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("crypt: sealed window writes arrive whole, every byte checked", "[crypt]") {
@@ -517,18 +544,7 @@ TEST_CASE("crypt: sealed window writes arrive whole, every byte checked", "[cryp
 
 TEST_CASE("crypt: a sealed window refuses chunks changed, replayed, skipped or written without the key",
           "[crypt]") {
-  struct scenario {
-    misdeed m;
-    std::size_t flip_at;
-    const char* named;
-  };
-  // Chunk 3 of the second transfer (window sequence 8 + 3 = 11) misbehaves.
-  const scenario cases[] = {
-      {misdeed::flip, 7, "again"},      {misdeed::flip, 8, "tag"},     {misdeed::flip, 8 + 4095, "tag"},
-      {misdeed::flip, 8 + 4096, "tag"}, {misdeed::replay, 0, "again"}, {misdeed::skip, 0, "reordered"},
-      {misdeed::other_key, 0, "tag"},
-  };
-  for (const scenario& sc : cases) {
+  for (const window_misdeed& sc : window_misdeeds) {
     INFO("misdeed " << static_cast<int>(sc.m) << " at byte " << sc.flip_at);
     sealed_pair p;
     sealed_windows sw(p, std::make_unique<hostile_seal>(sc.m, 11, sc.flip_at, seal_lane::windows));
@@ -543,15 +559,8 @@ TEST_CASE("crypt: a sealed window refuses chunks changed, replayed, skipped or w
     std::tie(we, re) = sw.transfer(second, got);
     CHECK(re == rdx::errc::integrity_failed);
     // Chunks 0-2 checked and are delivered; from chunk 3 on nothing is.
-    CHECK(sw.reader.chunks_opened() == 3);
-    CHECK(std::memcmp(got.data(), second.data(), 3 * win_chunk) == 0);
-    CHECK(std::all_of(got.begin() + 3 * win_chunk, got.end(),
-                      [](std::byte c) { return c == std::byte{0xee}; }));
-    CHECK(p.b.failed());
-    const std::string why = p.b.failure_message();
-    INFO(why);
-    CHECK(why.find("sealed window chunk 3: ") != std::string::npos);
-    CHECK(why.find(sc.named) != std::string::npos);
+    check_refused_at(got, second, 3, sw.reader.chunks_opened(), p.b, "sealed window chunk 3: ");
+    CHECK(std::string(p.b.failure_message()).find(sc.named) != std::string::npos);
     CHECK(std::string(sw.reader.failure()).find("chunk 3") != std::string::npos);
     // A later read is refused at once.
     CHECK(sw.reader.start(got) == rdx::errc::integrity_failed);
@@ -594,4 +603,159 @@ TEST_CASE("crypt: sealed windows check their input before anything reaches the N
   const auto plain = pattern(64, 3);
   REQUIRE(win_side->seal(plain, sealed.data()) == std::error_code{});
   CHECK(msg_side->open(sealed, nullptr) == rdx::errc::integrity_failed);
+}
+
+namespace {
+
+// Sealed window reads from a to b: a's source publishes into its window, b's
+// fetcher reads it one-sided. a's window seal may misbehave.
+struct sealed_reads {
+  sealed_pair& p;
+  std::unique_ptr<rdx::message_seal> a_seal;
+  std::unique_ptr<rdx::message_seal> b_seal = seal_for(5, false, seal_lane::windows);
+  rdx::sealed_source source{p.pd, *a_seal, win_chunk, win_capacity};
+  rdx::sealed_fetcher fetcher{p.b, p.pd, *b_seal, win_chunk, 4};
+  rdx::grant<std::byte, rights::read> g{p.a, source.window()};
+  rdx::remote_window<std::byte, rights::read> w{p.b, g.descriptor()};
+
+  explicit sealed_reads(sealed_pair& pair,
+                        std::unique_ptr<rdx::message_seal> s = seal_for(5, true, seal_lane::windows))
+      : p(pair), a_seal(std::move(s)) {}
+
+  // Fetches what a published into dst, driving both sides from this thread.
+  std::error_code fetch(std::span<std::byte> dst) {
+    REQUIRE(fetcher.start(w, dst) == std::error_code{});
+    const auto end = clk::now() + 60s;
+    bool done = false;
+    while (!done && clk::now() < end) {
+      done = fetcher.progress();
+      p.a.progress();
+    }
+    REQUIRE(done);
+    return fetcher.error();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("crypt: sealed window reads arrive whole, every byte checked", "[crypt]") {
+  sealed_pair p;
+  sealed_reads sr(p);
+  CHECK(sr.source.window().size() == rdx::sealed_window_bytes(win_capacity, win_chunk));
+  std::uint32_t seed = 100;
+  for (std::size_t n : {std::size_t{1}, std::size_t{win_chunk - 1}, std::size_t{win_chunk},
+                        std::size_t{win_chunk + 1}, std::size_t{65536 + 5}, win_capacity}) {
+    INFO(n << " bytes");
+    for (int round = 0; round < 3; ++round) {
+      const auto src = pattern(n, ++seed);
+      std::vector<std::byte> dst(n, std::byte{0xee});
+      REQUIRE(sr.source.publish(src) == std::error_code{});
+      CHECK(sr.source.published() == n);
+      REQUIRE(sr.fetch(dst) == std::error_code{});
+      CHECK(sr.fetcher.chunks_opened() == (n + win_chunk - 1) / win_chunk);
+      REQUIRE(std::memcmp(dst.data(), src.data(), n) == 0);
+    }
+  }
+  // The window holds ciphertext: no chunk's payload is readable there.
+  const std::size_t n = 8 * win_chunk;
+  const auto src = pattern(n, 4343);
+  REQUIRE(sr.source.publish(src) == std::error_code{});
+  for (std::size_t k = 0; k < 8; ++k) {
+    const std::byte* held = sr.source.window().data() + k * (win_chunk + rdx::sealed_message_overhead);
+    CHECK(std::memcmp(held + rdx::sealed_payload_offset, src.data() + k * win_chunk, 64) != 0);
+  }
+  std::vector<std::byte> dst(n);
+  REQUIRE(sr.fetcher.fetch(sr.w, dst, clk::now() + 10s) == std::error_code{});
+  CHECK(dst == src);
+  // Messages keep their own sequence beside the reads..
+  rdx::channel<std::uint64_t> tx(p.a), rx(p.b);
+  auto r = rx.receive();
+  auto s = tx.send(9);
+  p.run(r);
+  CHECK(r.value() == 9);
+  CHECK_FALSE(p.b.failed());
+  CHECK_FALSE(p.a.failed());
+}
+
+TEST_CASE(
+    "crypt: a sealed window read refuses chunks changed, replayed, skipped, read twice or sealed "
+    "without the key",
+    "[crypt]") {
+  const std::size_t n = 8 * win_chunk;
+  for (const window_misdeed& sc : window_misdeeds) {
+    INFO("misdeed " << static_cast<int>(sc.m) << " at byte " << sc.flip_at);
+    sealed_pair p;
+    sealed_reads sr(p, std::make_unique<hostile_seal>(sc.m, 11, sc.flip_at, seal_lane::windows));
+    const auto first = pattern(n, 1);
+    std::vector<std::byte> got(n, std::byte{0xee});
+    REQUIRE(sr.source.publish(first) == std::error_code{});
+    REQUIRE(sr.fetch(got) == std::error_code{});
+    REQUIRE(got == first);
+    const auto second = pattern(n, 2);
+    std::fill(got.begin(), got.end(), std::byte{0xee});
+    REQUIRE(sr.source.publish(second) == std::error_code{});
+    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    // Chunks 0-2 checked and are delivered; from chunk 3 on nothing is.
+    check_refused_at(got, second, 3, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 3: ");
+    CHECK(std::string(p.b.failure_message()).find(sc.named) != std::string::npos);
+    CHECK(sr.fetcher.start(sr.w, got) == rdx::errc::integrity_failed);
+  }
+}
+
+TEST_CASE("crypt: a sealed image read twice, or changed in its window, is refused", "[crypt]") {
+  const std::size_t n = 8 * win_chunk;
+  SECTION("an image read twice is a replay") {
+    sealed_pair p;
+    sealed_reads sr(p);
+    const auto src = pattern(n, 3);
+    std::vector<std::byte> got(n);
+    REQUIRE(sr.source.publish(src) == std::error_code{});
+    REQUIRE(sr.fetch(got) == std::error_code{});
+    REQUIRE(got == src);
+    std::fill(got.begin(), got.end(), std::byte{0xee});
+    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    check_refused_at(got, src, 0, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 0: ");
+  }
+  SECTION("a byte changed in the window after it was published") {
+    sealed_pair p;
+    sealed_reads sr(p);
+    const auto src = pattern(n, 4);
+    std::vector<std::byte> got(n, std::byte{0xee});
+    REQUIRE(sr.source.publish(src) == std::error_code{});
+    auto* held = const_cast<std::byte*>(sr.source.window().data());
+    held[5 * (win_chunk + rdx::sealed_message_overhead) + 100] ^= std::byte{0x80};
+    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    check_refused_at(got, src, 5, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 5: ");
+  }
+}
+
+TEST_CASE("crypt: sealed window reads check their input before anything reaches the NIC", "[crypt]") {
+  sealed_pair p;
+  sealed_reads sr(p);
+  std::vector<std::byte> src(win_capacity + 1), dst(win_capacity + 1);
+  CHECK(sr.source.publish(src) == rdx::errc::limit_exceeded);
+  CHECK(sr.source.published() == 0);
+  CHECK(sr.source.publish(std::span<const std::byte>()) == rdx::errc::invalid_argument);
+  // Larger than the window; empty; a window of another connection.
+  CHECK(sr.fetcher.start(sr.w, dst) == rdx::errc::limit_exceeded);
+  CHECK(sr.fetcher.start(sr.w, std::span<std::byte>()) == rdx::errc::invalid_argument);
+  rdx::grant<std::byte, rights::read> g2(p.b, sr.source.window());
+  rdx::remote_window<std::byte, rights::read> other(p.a, g2.descriptor());
+  CHECK(sr.fetcher.start(other, std::span(dst).first(10)) == rdx::errc::invalid_argument);
+  CHECK_FALSE(sr.fetcher.busy());
+  // A fetch already running.
+  REQUIRE(sr.source.publish(std::span<const std::byte>(src).first(100)) == std::error_code{});
+  REQUIRE(sr.fetcher.start(sr.w, std::span(dst).first(100)) == std::error_code{});
+  CHECK(sr.fetcher.start(sr.w, std::span(dst).first(100)) == rdx::errc::not_ready);
+  CHECK(sr.fetcher.finish(clk::now() + 10s) == std::error_code{});
+  CHECK(std::memcmp(dst.data(), src.data(), 100) == 0);
+  // Bad sizes at construction.
+  std::string what;
+  auto seal = seal_for(9, true, seal_lane::windows);
+  CHECK(code_of([&] { rdx::sealed_fetcher x(p.b, p.pd, *seal, 4096, 0); }, &what) ==
+        rdx::errc::invalid_argument);
+  CHECK(what.find("depth") != std::string::npos);
+  CHECK(code_of([&] { rdx::sealed_source x(p.pd, *seal, 0, 4096); }, &what) == rdx::errc::invalid_argument);
+  CHECK(what.find("chunk must be") != std::string::npos);
+  CHECK_FALSE(p.b.failed());
 }

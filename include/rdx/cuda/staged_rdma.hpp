@@ -10,12 +10,21 @@
 // written, the receiver hands the slot back with a zero-byte send with
 // immediate i, once its copy of chunk i - depth to the GPU has finished.
 //
+// Sealed (staged_seal): the sender seals each chunk, once the pipeline has
+// put it in its bounce slot, into the same slot of a second registered
+// region (chunk + 24 bytes a slot) and writes that into the peer's; the
+// receiver opens it into its bounce slot before the pipeline copies it to
+// the GPU, so the GPU never holds a byte that failed its check. Sealing
+// chunk i runs while chunk i - 1 is on the wire and the pipeline's copies
+// of the next chunks run on the GPU.
+//
 // Writes and slot credits go out through layer 5's send-queue engine
 // (rdx/channel/send_queue.hpp): selective signaling, send-queue credit
 // accounting and in-order retirement, the same as a connection's.
 #pragma once
 
 #include <rdx/channel/send_queue.hpp>
+#include <rdx/connect/message_seal.hpp>
 #include <rdx/cuda/staging_types.hpp>
 #include <rdx/error.hpp>
 #include <rdx/verbs/completion_queue.hpp>
@@ -34,6 +43,19 @@
 
 namespace rdx::cuda {
 
+//! Seals a staged transfer's chunks (see above). Both peers set it, with
+//! the same chunk size and depth.
+struct staged_seal {
+  //! Seals what this side sends, opens what it receives (with rdx::auth: a
+  //! connection's window seal, psk_authenticator::make_window_seal); outlives the transfer.
+  message_seal* seal = nullptr;
+  //! This side's sealed slots: depth * (chunk_bytes + sealed_message_overhead)
+  //! bytes, registered for local and remote write.
+  const memory_region* local = nullptr;
+  //! The peer's sealed slots (remote write).
+  remote_descriptor peer{};
+};
+
 //! The network side of a host-staged transfer over one RC queue pair (the protocol above):
 //! blocking, one direction at a time, through a chunk_pipeline's bounce buffers.
 class staged_rdma {
@@ -46,7 +68,8 @@ public:
   //!         small for depth chunks
   staged_rdma(queue_pair_view qp, completion_queue& send_cq, completion_queue& recv_cq,
               const memory_region& bounce, const remote_descriptor& peer_bounce,
-              const staging_options& options, std::chrono::milliseconds timeout = std::chrono::seconds(30))
+              const staging_options& options, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+              const staged_seal& sealed = {})
       : qp_(qp),
         send_cq_(send_cq),
         recv_cq_(recv_cq),
@@ -54,7 +77,17 @@ public:
         peer_(peer_bounce),
         opt_(options),
         timeout_(timeout),
-        sq_(qp, send_depth(qp), send_depth(qp) / 2) {
+        sq_(qp, send_depth(qp), send_depth(qp) / 2),
+        sealed_(sealed) {
+    if (sealed_.seal != nullptr) {
+      const std::size_t need = (opt_.chunk_bytes + sealed_message_overhead) * opt_.depth;
+      if (sealed_.local == nullptr || sealed_.local->length() < need || !contains(sealed_.peer, 0, need)) {
+        rdx::detail::throw_rdx(
+            errc::invalid_argument,
+            "staged_rdma: a sealed transfer needs depth * (chunk + 24) = " + std::to_string(need) +
+                " bytes of sealed slots on each side (staged_seal)");
+      }
+    }
     if (!contains(peer_, 0, opt_.chunk_bytes * opt_.depth)) {
       rdx::detail::throw_rdx(errc::invalid_argument,
                              "staged_rdma: the peer's bounce buffers (" + std::to_string(peer_.length) +
@@ -193,10 +226,22 @@ private:
   };
   void read_chunk(const staged_chunk& c) {
     const completion done = expect(data_tag(c.index), "chunk", c.index);
-    if (done.byte_len() != c.host.size()) {
+    const std::size_t expected = c.host.size() + (sealed_.seal != nullptr ? sealed_message_overhead : 0);
+    if (done.byte_len() != expected) {
       fail("chunk", c.index,
-           std::to_string(done.byte_len()) + " bytes arrived, expected " + std::to_string(c.host.size()));
+           std::to_string(done.byte_len()) + " bytes arrived, expected " + std::to_string(expected));
     }
+    if (sealed_.seal != nullptr) {
+      // Opened into the bounce slot only once its tag has checked.
+      auto* slot = static_cast<std::byte*>(sealed_.local->addr()) + c.slot * sealed_stride();
+      if (sealed_.seal->open({slot, expected}, c.host.data())) {
+        rdx::detail::throw_rdx(errc::integrity_failed, "staged transfer: chunk " + std::to_string(c.index) +
+                                                           ": " + sealed_.seal->failure());
+      }
+    }
+  }
+  [[nodiscard]] std::size_t sealed_stride() const noexcept {
+    return opt_.chunk_bytes + sealed_message_overhead;
   }
   // Chunk k's slot is free: the sender may write chunk k + depth into it.
   void release_slot(std::size_t k) {
@@ -226,6 +271,17 @@ private:
   void write_chunk(const staged_chunk& c) {
     if (c.index >= opt_.depth) {
       (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
+    }
+    if (sealed_.seal != nullptr) {
+      const std::size_t off = c.slot * sealed_stride();
+      auto* out = static_cast<std::byte*>(sealed_.local->addr()) + off;
+      if (auto ec = sealed_.seal->seal(c.host, out)) {
+        fail("seal of chunk", c.index, ec.message());
+      }
+      auto wr = wr::write_imm(sealed_.local->sge(off, c.host.size() + sealed_message_overhead),
+                              at(sealed_.peer, off), data_tag(c.index));
+      slots_[c.slot] = slot_write{post(wr, "write of chunk", c.index, true), c.index, true};
+      return;
     }
     const std::size_t off = c.slot * opt_.chunk_bytes;
     auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
@@ -333,6 +389,7 @@ private:
   staging_options opt_;
   std::chrono::milliseconds timeout_;
   send_queue sq_;
+  staged_seal sealed_;
   // The write last posted from each bounce slot (send), so that the slot is
   // refilled only once that write has completed.
   struct slot_write {

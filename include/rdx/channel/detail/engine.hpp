@@ -112,6 +112,9 @@ public:
 
   static void fail_now(operation& op, std::error_code ec) noexcept;
   void start_rdma(operation& op) noexcept;
+  //! start_rdma of a read whose bytes the caller opens before it exposes
+  //! them (sealed_fetcher): allowed on an encrypted connection.
+  void start_sealed_read(operation& op) noexcept;
   void start_atomic(operation& op) noexcept;
   void start_send(operation& op, const void* data, std::size_t bytes) noexcept;
   void start_send_registered(operation& op, std::uint64_t laddr, std::uint32_t lkey,
@@ -125,6 +128,7 @@ public:
   //! A sealed window chunk failed its check (sealed_reader): the connection
   //! fails with errc::integrity_failed, failure_message() ending in why.
   [[gnu::cold]] void fail_sealed_window(const char* why) noexcept;
+  void post_or_defer_rdma(operation& op) noexcept;
   void start_receive(operation& op, void* dst, std::uint32_t capacity, std::uint32_t elem_size,
                      bool exact) noexcept;
   void start_notification(operation& op) noexcept;

@@ -72,7 +72,19 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 // A write or read made with its parameters (start_access::make).
 inline void engine::start_rdma(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting a window operation");
-  if (unsealed_refused(op) || !usable(op)) {
+  if (unsealed_refused(op)) {
+    return;
+  }
+  post_or_defer_rdma(op);
+}
+
+inline void engine::start_sealed_read(operation& op) noexcept {
+  thread_check::scope guard(*thread_, "starting a sealed window read");
+  post_or_defer_rdma(op);
+}
+
+inline void engine::post_or_defer_rdma(operation& op) noexcept {
+  if (!usable(op)) {
     return;
   }
   if (op.p_.length == 0) {
