@@ -16,6 +16,7 @@ if(TARGET rdx_crypt_fabric AND RDX_BUILD_TESTS)
   rdx_add_twonode_test(NAME crypt_fabric_twonode TIMEOUT 300
     NODE0 ${_psk} run job 0 -- $<TARGET_FILE:rdx_crypt_fabric> --timeout 60
     NODE1 ${_psk} run job 0 "'crypt_fabric,message,64,'" "'crypt_fabric,transfer,1048576,'"
+          "'crypt_fabric,fetch,1048576,'"
           -- $<TARGET_FILE:rdx_crypt_fabric> --quick --timeout 60 $RDX_PEER_ADDR)
   add_test(NAME crypt_fabric_help COMMAND $<TARGET_FILE:rdx_crypt_fabric> --help)
   set_tests_properties(crypt_fabric_help PROPERTIES LABELS unit)

@@ -6,10 +6,11 @@
 //
 // Per round, per message size: message throughput and round-trip latency on
 // a plain connection pair and on a sealed one; per transfer size: a window
-// write (plain) against a sealed window write (sealed_writer, sealed_reader). Each point gets a fresh
-// connection pair over its own authenticated TCP set-up; the server checks
-// every byte. The parts: crypt_fabric/ (options, plan, pattern, link,
-// messages, transfers, report).
+// write (plain) against a sealed window write (sealed_writer, sealed_reader),
+// and a window read against a sealed window read (sealed_source,
+// sealed_fetcher). Each point gets a fresh connection pair over its own
+// authenticated TCP set-up; the receiving side checks every byte. The parts: crypt_fabric/ (options, plan,
+// pattern, link, messages, transfers, report).
 #include <rdx/auth/psk.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>
 #include <rdx/error.hpp>
@@ -115,7 +116,9 @@ int run(const options& o) {
                 size_name(p.size).c_str(), mode_name(p.how), p.round + 1);
     std::fflush(stdout);
     if (client) {
-      const point_result r = message ? message_client(e, p) : transfer_client(e, p);
+      const point_result r = message                    ? message_client(e, p)
+                             : p.what == kind::transfer ? transfer_client(e, p)
+                                                        : fetch_client(e, p);
       res.add(p, r);
       if (message) {
         std::printf("%.1f MB/s, round trip p50 %.1f us, p99 %.1f us\n", r.mbps, r.p50_us, r.p99_us);
@@ -126,8 +129,10 @@ int run(const options& o) {
       const std::size_t before = e.problems.size();
       if (message) {
         message_server(e, p);
-      } else {
+      } else if (p.what == kind::transfer) {
         transfer_server(e, p);
+      } else {
+        fetch_server(e, p);
       }
       std::printf("%s\n", e.problems.size() == before ? "every byte checked" : "WRONG BYTES (above)");
     }

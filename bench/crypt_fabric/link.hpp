@@ -37,7 +37,8 @@ struct bench_env {
   const rdx::protection_domain& pd;
   std::shared_ptr<const rdx::auth::psk_key> key;
   const rdx::tcp::listener* listener = nullptr;           //!< the server's; nullptr on the client
-  std::optional<rdx::registered_buffer<std::byte>> bulk;  //!< a transfer's source (client) or window (server)
+  std::optional<rdx::registered_buffer<std::byte>> bulk;  //!< a transfer's source or a fetch's destination
+                                                          //!< (client); their window or source (server)
   std::vector<std::byte> buf;                             //!< a message received or echoed
   std::vector<double> rtt;                                //!< a latency point's round trips, us
   std::vector<std::string> problems;                      //!< every wrong byte found, and where
@@ -91,7 +92,7 @@ private:
 };
 
 //! The attributes of a point's connection: a message buffer of its payload
-//! (a message size, or 16 bytes for a transfer's done message and replies) plus the seal's overhead in both
+//! (a message size, or 16 bytes for a transfer's or fetch's short messages) plus the seal's overhead in both
 //! modes, so plain and sealed connections have the same buffers.
 inline rdx::connection_attr attr_for(const bench_env& e, const point& p) {
   std::uint64_t payload = p.what == kind::message ? p.size : 16;
@@ -107,12 +108,15 @@ inline rdx::connection_attr attr_for(const bench_env& e, const point& p) {
 //! One point's connection, connected to the peer's.
 class link {
 public:
-  //! Makes the connection (granting window to the peer when not empty), meets
-  //! the peer on a fresh socket, agrees on p, and connects with the key.
+  //! Makes the connection (granting window to the peer when not empty: to
+  //! write for a transfer, to read for a fetch), meets the peer on a fresh
+  //! socket, agrees on p, and connects with the key.
   //! @throws rdx::error for a failed step, failure for a peer out of step.
   link(const bench_env& e, const point& p, std::span<std::byte> window)
       : conn_(e.pd, attr_for(e, p)), timeout_(e.o.timeout), what_(describe(p)) {
-    if (!window.empty()) {
+    if (!window.empty() && p.what == kind::fetch) {
+      read_grant_.emplace(conn_, e.bulk->region(), window);
+    } else if (!window.empty()) {
       grant_.emplace(conn_, e.bulk->region(), window);
     }
     const auto deadline = clock::now() + timeout_;
@@ -123,21 +127,32 @@ public:
     if (grant_) {
       grants.push_back(grant_->descriptor());
     }
-    const bool sealed_transfer = p.what == kind::transfer && p.how == mode::sealed;
-    if (sealed_transfer && !e.client()) {
-      // The landing window is granted in the set-up; its seal comes from it.
-      reader_.emplace(conn_, e.pd, static_cast<std::uint32_t>(e.pl.chunk), p.size);
+    if (read_grant_) {
+      grants.push_back(read_grant_->descriptor());
+    }
+    const bool sealed_bulk = p.what != kind::message && p.how == mode::sealed;
+    const auto chunk = static_cast<std::uint32_t>(e.pl.chunk);
+    // The server's sealed windows are granted in the set-up; their seal comes from it.
+    if (sealed_bulk && !e.client() && p.what == kind::transfer) {
+      reader_.emplace(conn_, e.pd, chunk, p.size);
       landing_.emplace(conn_, reader_->landing());
       grants.push_back(landing_->descriptor());
+    } else if (sealed_bulk && !e.client()) {
+      source_.emplace(e.pd, chunk, p.size);
+      source_grant_.emplace(conn_, source_->window());
+      grants.push_back(source_grant_->descriptor());
     }
     const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
                                std::chrono::milliseconds{1});
     offer_ = rdx::exchange_and_connect(sock_, conn_, grants,
                                        rdx::exchange_options{.timeout = left, .auth = &auth});
-    if (sealed_transfer) {
+    if (sealed_bulk) {
       window_seal_ = auth.make_window_seal();
       if (reader_) {
         (void)reader_->seal_with(*window_seal_);
+      }
+      if (source_) {
+        source_->seal_with(*window_seal_);
       }
     }
   }
@@ -153,6 +168,8 @@ public:
   [[nodiscard]] rdx::message_seal& window_seal() noexcept { return *window_seal_; }
   //! A sealed transfer's reader (the server's), its landing window granted.
   [[nodiscard]] rdx::sealed_reader& reader() noexcept { return *reader_; }
+  //! A sealed fetch's source (the server's), its window granted to read.
+  [[nodiscard]] rdx::sealed_source& source() noexcept { return *source_; }
   //! @throws failure as wait() when ec is an error.
   void check(const std::error_code& ec, const char* what, std::uint64_t k) const {
     if (ec) {
@@ -198,9 +215,12 @@ private:
 
   rdx::connection conn_;
   std::optional<rdx::grant<std::byte, rdx::rights::write>> grant_;  // revoked before conn_ goes
-  std::unique_ptr<rdx::auth::aes_gcm_seal> window_seal_;            // outlives the reader
-  std::optional<rdx::sealed_reader> reader_;                        // its landing outlives the grant
+  std::optional<rdx::grant<std::byte, rdx::rights::read>> read_grant_;
+  std::unique_ptr<rdx::auth::aes_gcm_seal> window_seal_;  // outlives the reader and the source
+  std::optional<rdx::sealed_reader> reader_;              // its landing outlives the grant
   std::optional<rdx::grant<std::byte, rdx::rights::write>> landing_;
+  std::optional<rdx::sealed_source> source_;  // its window outlives the grant
+  std::optional<rdx::grant<std::byte, rdx::rights::read>> source_grant_;
   rdx::tcp::socket sock_;
   rdx::peer_offer offer_;
   std::chrono::seconds timeout_;

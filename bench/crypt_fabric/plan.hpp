@@ -20,13 +20,15 @@
 
 namespace crypt_fabric {
 
-//! What a point measures: messages of one size (throughput, then latency), or one transfer.
-enum class kind : std::uint32_t { message = 1, transfer = 2 };
+//! What a point measures: messages of one size (throughput, then latency), one
+//! transfer (written by the client into the server), or one fetch (read by
+//! the client from the server).
+enum class kind : std::uint32_t { message = 1, transfer = 2, fetch = 3 };
 //! Plain (encrypt = false) or sealed (encrypt = true) connections.
 enum class mode : std::uint32_t { plain = 0, sealed = 1 };
 
 inline const char* kind_name(kind k) {
-  return k == kind::message ? "message" : "transfer";
+  return k == kind::message ? "message" : k == kind::transfer ? "transfer" : "fetch";
 }
 inline const char* mode_name(mode m) {
   return m == mode::plain ? "plain" : "sealed";
@@ -49,7 +51,7 @@ struct point {
   kind what = kind::message;
   mode how = mode::plain;
   std::uint64_t size = 0;  //!< message size, or transfer size
-  std::size_t row = 0;     //!< its row of the table: sizes first, then transfers
+  std::size_t row = 0;     //!< its row of the table: sizes first, then transfers, then fetches
 };
 
 inline std::string describe(const point& p) {
@@ -69,16 +71,16 @@ struct plan {
   std::vector<std::uint64_t> bulk;
 };
 
-//! Every point, in the order both sides run them: per round, each message size
-//! then each transfer, plain and sealed back to back (sealed first in odd
-//! rounds, so that neither mode always runs on the link the other warmed).
+//! Every point, in the order both sides run them: per round, each message
+//! size, each transfer, then each fetch (of the transfer sizes), plain and sealed back to back (sealed first
+//! in odd rounds, so that neither mode always runs on the link the other warmed).
 inline std::vector<point> schedule(const plan& p) {
   std::vector<point> out;
   for (std::uint32_t r = 0; r < p.rounds; ++r) {
     const mode first = r % 2 == 0 ? mode::plain : mode::sealed;
     const mode second = r % 2 == 0 ? mode::sealed : mode::plain;
     std::size_t row = 0;
-    for (kind k : {kind::message, kind::transfer}) {
+    for (kind k : {kind::message, kind::transfer, kind::fetch}) {
       for (std::uint64_t s : k == kind::message ? p.sizes : p.bulk) {
         out.push_back({r, k, first, s, row});
         out.push_back({r, k, second, s, row});
@@ -126,7 +128,7 @@ inline std::uint32_t ring_depth(std::uint64_t payload) {
 }
 
 //! The settings block: magic, version, then the plan in fixed fields.
-inline constexpr std::uint32_t plan_version = 1;
+inline constexpr std::uint32_t plan_version = 2;
 inline constexpr std::size_t plan_block_size = 4 + 4 + 8 + 4 + 4 + 8 + 8 + 8 + 2 * (4 + 8 * max_list);
 inline constexpr const char* plan_magic = "CRFB";
 

@@ -41,8 +41,10 @@ public:
     for (std::uint64_t s : pl.sizes) {
       rows_.push_back({kind::message, s, {}});
     }
-    for (std::uint64_t s : pl.bulk) {
-      rows_.push_back({kind::transfer, s, {}});
+    for (kind k : {kind::transfer, kind::fetch}) {
+      for (std::uint64_t s : pl.bulk) {
+        rows_.push_back({k, s, {}});
+      }
     }
   }
 
@@ -61,9 +63,12 @@ public:
     line("what", "size", "plain MB/s", "sealed MB/s", "ratio", "plain lat us", "sealed lat us");
     line("", "", "", "", "", "(p50 / p99)", "(p50 / p99)");
     bool header_done = false;
+    kind last = kind::message;
     for (const row& r : rows_) {
-      if (r.what == kind::transfer && !header_done) {
-        line("transfer", "", "(window write)", "(sealed stream)", "", "", "");
+      if (r.what != last) {
+        last = r.what;
+        line(kind_name(r.what), "", r.what == kind::transfer ? "(window write)" : "(window read)",
+             r.what == kind::transfer ? "(sealed_writer)" : "(sealed_fetcher)", "", "", "");
         header_done = true;
       }
       const spread pm = spread_of(r.by_mode[0].mbps);
@@ -77,8 +82,10 @@ public:
     }
     if (header_done) {
       std::printf(
-          "transfer: plain is one rdx::remote_window write and a message; sealed, %s sealed messages\n",
-          size_name(chunk).c_str());
+          "transfer: plain is one rdx::remote_window write and a message; sealed, a sealed window write in\n"
+          "%s chunks. fetch: plain is one window read; sealed, the server seals the buffer into its\n"
+          "window (sealed_source::publish, timed) and the client reads and opens it in %s chunks\n",
+          size_name(chunk).c_str(), size_name(chunk).c_str());
     }
     std::printf("\n");
     for (const row& r : rows_) {

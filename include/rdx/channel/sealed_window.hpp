@@ -443,23 +443,31 @@ public:
   //! @throws rdx::error: errc::invalid_argument for chunk or capacity 0 or
   //!         a chunk over 1 GiB; a failed registration.
   sealed_source(const protection_domain& pd, message_seal& seal, std::uint32_t chunk, std::size_t capacity)
-      : seal_(&seal),
-        chunk_(detail::checked_sealed_chunk("sealed_source", chunk, capacity, "capacity")),
+      : sealed_source(pd, chunk, capacity) {
+    seal_ = &seal;
+  }
+  //! A source whose seal comes later (seal_with), so that its window can be
+  //! granted in the set-up that derives the keys (exchange_and_connect).
+  sealed_source(const protection_domain& pd, std::uint32_t chunk, std::size_t capacity)
+      : chunk_(detail::checked_sealed_chunk("sealed_source", chunk, capacity, "capacity")),
         stride_(std::size_t{chunk} + sealed_message_overhead),
         window_(make_window_buffer<std::byte>(pd, sealed_window_bytes(capacity, chunk))),
         capacity_(capacity) {}
+  //! Seals with seal from now on (which outlives the source).
+  void seal_with(message_seal& seal) noexcept { seal_ = &seal; }
 
   //! The window to grant to the fetcher (read rights only).
   [[nodiscard]] const registered_buffer<std::byte>& window() const noexcept { return window_; }
 
   //! Seals src into the window from its start: chunk k at k * (chunk + 24).
   //! The peer fetches exactly src.size() bytes (tell it, with a message).
-  //! @return errc::invalid_argument for an empty src; errc::limit_exceeded
-  //!         when src is larger than the capacity or the seal's sequence
-  //!         numbers are spent; the seal's error. Then nothing is published.
+  //! @return errc::invalid_argument for an empty src or no seal (seal_with);
+  //!         errc::limit_exceeded when src is larger than the capacity or the
+  //!         seal's sequence numbers are spent; the seal's error. Then
+  //!         nothing is published.
   std::error_code publish(std::span<const std::byte> src) noexcept {
     published_ = 0;
-    if (src.empty()) {
+    if (src.empty() || seal_ == nullptr) {
       return make_error_code(errc::invalid_argument);
     }
     if (src.size() > capacity_) {
@@ -481,7 +489,7 @@ public:
   [[nodiscard]] std::uint32_t chunk() const noexcept { return chunk_; }
 
 private:
-  message_seal* seal_;
+  message_seal* seal_ = nullptr;
   std::uint32_t chunk_;
   std::size_t stride_;
   registered_buffer<std::byte> window_;
