@@ -6,6 +6,7 @@
 #include <rdx/auth/psk.hpp>
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/exchange.hpp>
+#include <rdx/channel/sealed_fetch.hpp>
 #include <rdx/channel/sealed_window.hpp>
 #include <rdx/channel/window.hpp>
 #include <rdx/connect/tcp_bootstrap.hpp>

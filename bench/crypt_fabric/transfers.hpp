@@ -10,6 +10,7 @@
 #pragma once
 
 #include <rdx/channel/channel.hpp>
+#include <rdx/channel/sealed_fetch.hpp>
 #include <rdx/channel/sealed_window.hpp>
 #include <rdx/channel/window.hpp>
 

@@ -6,6 +6,7 @@
 // every set-up has new keys. `ctest -R crypt` selects these.
 #include <rdx/auth/aes_gcm.hpp>
 #include <rdx/auth/psk.hpp>
+#include <rdx/channel/sealed_fetch.hpp>
 #include <rdx/channel/sealed_window.hpp>
 
 #include <catch2/catch.hpp>

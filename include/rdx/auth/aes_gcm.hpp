@@ -99,8 +99,8 @@ struct session_keys {
 }
 
 //! Which of a connection's two sealed streams a seal serves: its messages
-//! (connection_attr::encrypt) or its sealed window writes (sealed_writer and
-//! sealed_reader, rdx/channel/sealed_window.hpp). Each has its own sequence
+//! (connection_attr::encrypt) or its sealed window writes and reads
+//! (rdx/channel/sealed_window.hpp, sealed_fetch.hpp). Each has its own sequence
 //! from 0 under the same keys, so their IVs differ in the direction word:
 //! messages carry 1 and 2, windows 3 and 4, and no nonce serves both.
 enum class seal_lane : std::uint8_t { messages, windows };

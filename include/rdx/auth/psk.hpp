@@ -298,7 +298,7 @@ public:
     return make_lane(seal_lane::messages, message_seal_made_, "make_seal");
   }
   //! After a successful finish(): the seal of the connection's sealed window
-  //! writes (sealed_writer, sealed_reader: rdx/channel/sealed_window.hpp),
+  //! writes and reads (rdx/channel/sealed_window.hpp, sealed_fetch.hpp),
   //! under the same session keys with IVs of its own (seal_lane::windows).
   //! One per set-up, as make_seal().
   //! @throws rdx::error as make_seal().

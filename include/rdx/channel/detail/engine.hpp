@@ -7,6 +7,7 @@
 // progress.hpp (the progress loop), dispatch.hpp (each completion,
 // delivery, deadlines, failure), lifetime.hpp (withdrawal, moves,
 // teardown), events.hpp (event mode), posting.hpp (start functions),
+// striping.hpp (a write's or read's requests, chunks and pacing),
 // grants.hpp and device_events.hpp (the device's asynchronous events);
 // engine_all.hpp includes them all, and
 // connection (channel/connection.hpp) is their public face. Every operation
@@ -370,7 +371,7 @@ protected:
   [[nodiscard]] bool something_waits() const noexcept {
     return !receives_.empty() || !notifications_.empty() || !deferred_.empty();
   }
-  // posting internals (posting.hpp)
+  // posting internals (posting.hpp, striping.hpp)
   enum class post_result { all, blocked, failed };
   post_result post_some(operation& op) noexcept;
   [[nodiscard, gnu::always_inline]] bool send_admitted(operation& op, std::size_t bytes) noexcept;

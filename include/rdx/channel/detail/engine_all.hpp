@@ -13,5 +13,6 @@
 #include <rdx/channel/detail/engine_parts/lifetime.hpp>
 #include <rdx/channel/detail/engine_parts/posting.hpp>
 #include <rdx/channel/detail/engine_parts/progress.hpp>
+#include <rdx/channel/detail/engine_parts/striping.hpp>
 #include <rdx/channel/detail/engine_parts/worker_drive.hpp>
 #include <rdx/channel/detail/engine_parts/worker_members.hpp>
