@@ -139,7 +139,7 @@ public:
       landing_.emplace(conn_, reader_->landing());
       grants.push_back(landing_->descriptor());
     } else if (sealed_bulk && !e.client()) {
-      source_.emplace(e.pd, chunk, p.size);
+      source_.emplace(conn_, e.pd, chunk, p.size);
       source_grant_.emplace(conn_, source_->window());
       grants.push_back(source_grant_->descriptor());
     }
@@ -153,7 +153,7 @@ public:
         (void)reader_->seal_with(*window_seal_);
       }
       if (source_) {
-        source_->seal_with(*window_seal_);
+        (void)source_->seal_with(*window_seal_);
       }
     }
   }

@@ -83,8 +83,8 @@ public:
     if (header_done) {
       std::printf(
           "transfer: plain is one rdx::remote_window write and a message; sealed, a sealed window write in\n"
-          "%s chunks. fetch: plain is one window read; sealed, the server seals the buffer into its\n"
-          "window (sealed_source::publish, timed) and the client reads and opens it in %s chunks\n",
+          "%s chunks. fetch: plain is one window read; sealed, the server seals %s chunks into its\n"
+          "window (sealed_source), and the client reads and opens each as it is announced\n",
           size_name(chunk).c_str(), size_name(chunk).c_str());
     }
     std::printf("\n");

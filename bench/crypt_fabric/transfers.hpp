@@ -122,11 +122,12 @@ inline void transfer_server(bench_env& e, const point& p) {
   l.finish();
 }
 
-//! The client's side of a fetch point: it asks, the server makes its B bytes
-//! ready (sealed: publishes them, sealed in chunks, into its window) and
-//! says so, and the client reads them (plain: one window read; sealed: a
-//! sealed_fetcher opening each chunk while the next are read); the clock
-//! runs from the ask until every byte is here. Then the client checks every
+//! The client's side of a fetch point: it asks for the server's B bytes.
+//! Plain: the server says they are ready and the client reads them with one
+//! window read. Sealed: the server seals them chunk by chunk into its
+//! window (sealed_source), announcing each, and the client reads each
+//! announced chunk and opens it (sealed_fetcher) while the next are sealed
+//! and read. The clock runs from the ask until every byte is here. Then the client checks every
 //! byte and tells the server where the first wrong one is (B: none).
 inline point_result fetch_client(bench_env& e, const point& p) {
   const std::size_t b = p.size;
@@ -141,17 +142,22 @@ inline point_result fetch_client(bench_env& e, const point& p) {
   if (p.how == mode::sealed) {
     fetcher.emplace(l.conn(), e.pd, l.window_seal(), static_cast<std::uint32_t>(chunk), 4);
   }
-  std::uint64_t ready = 0;
-  auto got_ready = ch.receive(std::as_writable_bytes(std::span(&ready, 1)));
+  std::uint64_t ready = b;
+  rdx::operation got_ready;
+  if (p.how == mode::plain) {
+    got_ready = ch.receive(std::as_writable_bytes(std::span(&ready, 1)));
+  }
   const std::uint64_t ask = b;
 
   const auto t0 = clock::now();
   rdx::operation asked = ch.send(std::as_bytes(std::span(&ask, 1)));
-  l.take(got_ready, "the server's ready message", 0);
   if (p.how == mode::plain) {
+    l.take(got_ready, "the server's ready message", 0);
     auto rd = win.read(rdx::local_span<std::byte>(*e.bulk).subspan(0, b), 0);
     l.wait(rd, "window read", 0);
   } else {
+    // Each chunk is read once the server announces it sealed, and opened
+    // while the next are read and sealed.
     l.check(fetcher->fetch(win, dst, clock::now() + e.o.timeout), "sealed window read",
             fetcher->chunks_opened());
   }
@@ -182,12 +188,14 @@ inline void fetch_server(bench_env& e, const point& p) {
   std::uint64_t ask = 0;
   auto asked = ch.receive(std::as_writable_bytes(std::span(&ask, 1)));
   l.take(asked, "ask message", 0);
-  if (p.how == mode::sealed) {
-    l.check(l.source().publish(src), "publishing the sealed buffer", 0);
+  if (p.how == mode::plain) {
+    const std::uint64_t ready = b;
+    auto said = ch.send(std::as_bytes(std::span(&ready, 1)));
+    l.wait(said, "ready message", 0);
+  } else {
+    // Chunk k + 1 is sealed while the client reads chunk k.
+    l.check(l.source().publish(src, clock::now() + e.o.timeout), "publishing the sealed buffer", 0);
   }
-  const std::uint64_t ready = b;
-  auto said = ch.send(std::as_bytes(std::span(&ready, 1)));
-  l.wait(said, "ready message", 0);
 
   std::uint64_t first_wrong = 0;
   auto verdict = ch.receive(std::as_writable_bytes(std::span(&first_wrong, 1)));

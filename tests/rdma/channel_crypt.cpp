@@ -608,13 +608,14 @@ TEST_CASE("crypt: sealed windows check their input before anything reaches the N
 
 namespace {
 
-// Sealed window reads from a to b: a's source publishes into its window, b's
-// fetcher reads it one-sided. a's window seal may misbehave.
+// Sealed window reads from a to b: a's source publishes into its window,
+// announcing each chunk, and b's fetcher reads it one-sided. a's window seal
+// may misbehave.
 struct sealed_reads {
   sealed_pair& p;
   std::unique_ptr<rdx::message_seal> a_seal;
   std::unique_ptr<rdx::message_seal> b_seal = seal_for(5, false, seal_lane::windows);
-  rdx::sealed_source source{p.pd, *a_seal, win_chunk, win_capacity};
+  rdx::sealed_source source{p.a, p.pd, *a_seal, win_chunk, win_capacity};
   rdx::sealed_fetcher fetcher{p.b, p.pd, *b_seal, win_chunk, 4};
   rdx::grant<std::byte, rights::read> g{p.a, source.window()};
   rdx::remote_window<std::byte, rights::read> w{p.b, g.descriptor()};
@@ -623,19 +624,32 @@ struct sealed_reads {
                         std::unique_ptr<rdx::message_seal> s = seal_for(5, true, seal_lane::windows))
       : p(pair), a_seal(std::move(s)) {}
 
-  // Fetches what a published into dst, driving both sides from this thread.
-  std::error_code fetch(std::span<std::byte> dst) {
+  // Publishes src (unless empty: what was published or announced already)
+  // while b fetches it into dst, both driven from this thread.
+  std::error_code fetch(std::span<const std::byte> src, std::span<std::byte> dst) {
+    if (!src.empty()) {
+      REQUIRE(source.start(src) == std::error_code{});
+    }
     REQUIRE(fetcher.start(w, dst) == std::error_code{});
     const auto end = clk::now() + 60s;
-    bool done = false;
-    while (!done && clk::now() < end) {
-      done = fetcher.progress();
-      p.a.progress();
+    bool published = false, fetched = false;
+    // A refused chunk fails b's connection, and a's announcements end when
+    // the device gives up on them, which this does not wait for.
+    while ((!published || !fetched) && !(fetched && fetcher.error()) && clk::now() < end) {
+      published = source.progress();
+      fetched = fetcher.progress();
     }
-    REQUIRE(done);
+    REQUIRE(fetched);
     return fetcher.error();
   }
 };
+
+// A hostile owner's announcement of chunk `tag`, with nothing sealed for it.
+void announce(rdx::connection& c, std::uint32_t tag) {
+  rdx::operation op = rdx::detail::start_access::make(c);
+  rdx::detail::start_access::of(c).start_sealed_notify(op, 0, 0, 0, 0, 0, tag);
+  REQUIRE(op.wait(5s) == std::error_code{});
+}
 
 }  // namespace
 
@@ -650,17 +664,18 @@ TEST_CASE("crypt: sealed window reads arrive whole, every byte checked", "[crypt
     for (int round = 0; round < 3; ++round) {
       const auto src = pattern(n, ++seed);
       std::vector<std::byte> dst(n, std::byte{0xee});
-      REQUIRE(sr.source.publish(src) == std::error_code{});
+      REQUIRE(sr.fetch(src, dst) == std::error_code{});
       CHECK(sr.source.published() == n);
-      REQUIRE(sr.fetch(dst) == std::error_code{});
       CHECK(sr.fetcher.chunks_opened() == (n + win_chunk - 1) / win_chunk);
       REQUIRE(std::memcmp(dst.data(), src.data(), n) == 0);
     }
   }
-  // The window holds ciphertext: no chunk's payload is readable there.
+  // Published whole before the fetch (8 announcements fit the peer's
+  // credits): the window holds ciphertext, no chunk's payload readable there.
   const std::size_t n = 8 * win_chunk;
   const auto src = pattern(n, 4343);
-  REQUIRE(sr.source.publish(src) == std::error_code{});
+  REQUIRE(sr.source.publish(src, clk::now() + 10s) == std::error_code{});
+  CHECK(sr.source.published() == n);
   for (std::size_t k = 0; k < 8; ++k) {
     const std::byte* held = sr.source.window().data() + k * (win_chunk + rdx::sealed_message_overhead);
     CHECK(std::memcmp(held + rdx::sealed_payload_offset, src.data() + k * win_chunk, 64) != 0);
@@ -668,7 +683,7 @@ TEST_CASE("crypt: sealed window reads arrive whole, every byte checked", "[crypt
   std::vector<std::byte> dst(n);
   REQUIRE(sr.fetcher.fetch(sr.w, dst, clk::now() + 10s) == std::error_code{});
   CHECK(dst == src);
-  // Messages keep their own sequence beside the reads..
+  // Messages keep their own sequence beside the reads.
   rdx::channel<std::uint64_t> tx(p.a), rx(p.b);
   auto r = rx.receive();
   auto s = tx.send(9);
@@ -679,8 +694,8 @@ TEST_CASE("crypt: sealed window reads arrive whole, every byte checked", "[crypt
 }
 
 TEST_CASE(
-    "crypt: a sealed window read refuses chunks changed, replayed, skipped, read twice or sealed "
-    "without the key",
+    "crypt: a sealed window read refuses chunks changed, replayed, skipped or sealed without the "
+    "key",
     "[crypt]") {
   const std::size_t n = 8 * win_chunk;
   for (const window_misdeed& sc : window_misdeeds) {
@@ -689,13 +704,11 @@ TEST_CASE(
     sealed_reads sr(p, std::make_unique<hostile_seal>(sc.m, 11, sc.flip_at, seal_lane::windows));
     const auto first = pattern(n, 1);
     std::vector<std::byte> got(n, std::byte{0xee});
-    REQUIRE(sr.source.publish(first) == std::error_code{});
-    REQUIRE(sr.fetch(got) == std::error_code{});
+    REQUIRE(sr.fetch(first, got) == std::error_code{});
     REQUIRE(got == first);
     const auto second = pattern(n, 2);
     std::fill(got.begin(), got.end(), std::byte{0xee});
-    REQUIRE(sr.source.publish(second) == std::error_code{});
-    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    CHECK(sr.fetch(second, got) == rdx::errc::integrity_failed);
     // Chunks 0-2 checked and are delivered; from chunk 3 on nothing is.
     check_refused_at(got, second, 3, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 3: ");
     CHECK(std::string(p.b.failure_message()).find(sc.named) != std::string::npos);
@@ -703,30 +716,47 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("crypt: a sealed image read twice, or changed in its window, is refused", "[crypt]") {
+TEST_CASE("crypt: a sealed image read twice, changed in its window or announced out of order is refused",
+          "[crypt]") {
   const std::size_t n = 8 * win_chunk;
-  SECTION("an image read twice is a replay") {
+  SECTION("an image announced again without being sealed again is a replay") {
     sealed_pair p;
     sealed_reads sr(p);
     const auto src = pattern(n, 3);
     std::vector<std::byte> got(n);
-    REQUIRE(sr.source.publish(src) == std::error_code{});
-    REQUIRE(sr.fetch(got) == std::error_code{});
+    REQUIRE(sr.fetch(src, got) == std::error_code{});
     REQUIRE(got == src);
     std::fill(got.begin(), got.end(), std::byte{0xee});
-    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    for (std::uint32_t k = 0; k < 8; ++k) {
+      announce(p.a, k);
+    }
+    CHECK(sr.fetch({}, got) == rdx::errc::integrity_failed);
     check_refused_at(got, src, 0, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 0: ");
+    CHECK(std::string(p.b.failure_message()).find("again") != std::string::npos);
   }
   SECTION("a byte changed in the window after it was published") {
     sealed_pair p;
     sealed_reads sr(p);
     const auto src = pattern(n, 4);
     std::vector<std::byte> got(n, std::byte{0xee});
-    REQUIRE(sr.source.publish(src) == std::error_code{});
+    REQUIRE(sr.source.publish(src, clk::now() + 10s) == std::error_code{});
     auto* held = const_cast<std::byte*>(sr.source.window().data());
     held[5 * (win_chunk + rdx::sealed_message_overhead) + 100] ^= std::byte{0x80};
-    CHECK(sr.fetch(got) == rdx::errc::integrity_failed);
+    CHECK(sr.fetch({}, got) == rdx::errc::integrity_failed);
     check_refused_at(got, src, 5, sr.fetcher.chunks_opened(), p.b, "sealed window read chunk 5: ");
+  }
+  SECTION("a chunk announced before the one due") {
+    sealed_pair p;
+    sealed_reads sr(p);
+    std::vector<std::byte> got(n, std::byte{0xee});
+    announce(p.a, 1);
+    CHECK(sr.fetch({}, got) == rdx::errc::integrity_failed);
+    CHECK(sr.fetcher.chunks_opened() == 0);
+    const std::string why = p.b.failure_message();
+    INFO(why);
+    CHECK(why.find("an announcement tagged 1 of 0 bytes arrived where chunk 0's was expected") !=
+          std::string::npos);
+    CHECK(std::all_of(got.begin(), got.end(), [](std::byte c) { return c == std::byte{0xee}; }));
   }
 }
 
@@ -734,9 +764,10 @@ TEST_CASE("crypt: sealed window reads check their input before anything reaches 
   sealed_pair p;
   sealed_reads sr(p);
   std::vector<std::byte> src(win_capacity + 1), dst(win_capacity + 1);
-  CHECK(sr.source.publish(src) == rdx::errc::limit_exceeded);
+  CHECK(sr.source.start(src) == rdx::errc::limit_exceeded);
+  CHECK(sr.source.start(std::span<const std::byte>()) == rdx::errc::invalid_argument);
+  CHECK_FALSE(sr.source.busy());
   CHECK(sr.source.published() == 0);
-  CHECK(sr.source.publish(std::span<const std::byte>()) == rdx::errc::invalid_argument);
   // Larger than the window; empty; a window of another connection.
   CHECK(sr.fetcher.start(sr.w, dst) == rdx::errc::limit_exceeded);
   CHECK(sr.fetcher.start(sr.w, std::span<std::byte>()) == rdx::errc::invalid_argument);
@@ -744,19 +775,29 @@ TEST_CASE("crypt: sealed window reads check their input before anything reaches 
   rdx::remote_window<std::byte, rights::read> other(p.a, g2.descriptor());
   CHECK(sr.fetcher.start(other, std::span(dst).first(10)) == rdx::errc::invalid_argument);
   CHECK_FALSE(sr.fetcher.busy());
-  // A fetch already running.
-  REQUIRE(sr.source.publish(std::span<const std::byte>(src).first(100)) == std::error_code{});
+  // A publish or fetch already running.
+  REQUIRE(sr.source.start(std::span<const std::byte>(src).first(100)) == std::error_code{});
+  CHECK(sr.source.start(std::span<const std::byte>(src).first(100)) == rdx::errc::not_ready);
+  auto other_seal = seal_for(5, true, seal_lane::windows);
+  CHECK(sr.source.seal_with(*other_seal) == rdx::errc::not_ready);
   REQUIRE(sr.fetcher.start(sr.w, std::span(dst).first(100)) == std::error_code{});
   CHECK(sr.fetcher.start(sr.w, std::span(dst).first(100)) == rdx::errc::not_ready);
+  CHECK(sr.source.finish(clk::now() + 10s) == std::error_code{});
   CHECK(sr.fetcher.finish(clk::now() + 10s) == std::error_code{});
   CHECK(std::memcmp(dst.data(), src.data(), 100) == 0);
-  // Bad sizes at construction.
+  // Bad sizes at construction; a source with no seal.
   std::string what;
   auto seal = seal_for(9, true, seal_lane::windows);
   CHECK(code_of([&] { rdx::sealed_fetcher x(p.b, p.pd, *seal, 4096, 0); }, &what) ==
         rdx::errc::invalid_argument);
   CHECK(what.find("depth") != std::string::npos);
-  CHECK(code_of([&] { rdx::sealed_source x(p.pd, *seal, 0, 4096); }, &what) == rdx::errc::invalid_argument);
+  CHECK(code_of([&] { rdx::sealed_source x(p.a, p.pd, *seal, 0, 4096); }, &what) ==
+        rdx::errc::invalid_argument);
   CHECK(what.find("chunk must be") != std::string::npos);
+  CHECK(code_of([&] { rdx::sealed_source x(p.a, p.pd, *seal, 4096, 4096, 0); }, &what) ==
+        rdx::errc::invalid_argument);
+  CHECK(what.find("depth") != std::string::npos);
+  rdx::sealed_source unsealed(p.a, p.pd, 4096, 4096);
+  CHECK(unsealed.start(std::span<const std::byte>(src).first(10)) == rdx::errc::invalid_argument);
   CHECK_FALSE(p.b.failed());
 }

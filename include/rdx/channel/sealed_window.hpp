@@ -73,9 +73,7 @@ public:
     addr_ = w.descriptor().memory.addr;
     rkey_ = w.descriptor().memory.rkey;
     next_ = 0;
-    error_ = {};
-    active_ = true;
-    return {};
+    return begin();
   }
 
   //! Retires chunks that completed, then seals and posts the next ones while
@@ -84,9 +82,7 @@ public:
     if (!active_) {
       return true;
     }
-    for (std::size_t s = 0; s < ops_.size() && in_flight_ != 0; ++s) {
-      (void)retire(s, error_);
-    }
+    retire_all(error_);
     while (!error_ && next_ < chunks_) {
       const std::size_t s = next_ % ops_.size();
       if (flying_[s]) {
@@ -105,8 +101,7 @@ public:
           addr_ + std::uint64_t{next_} * stride_, rkey_,
           static_cast<std::uint32_t>(n + sealed_message_overhead), next_);
       ++next_;
-      flying_[s] = true;
-      ++in_flight_;
+      fly(s);
     }
     if (in_flight_ == 0 && (error_ || next_ == chunks_)) {
       active_ = false;
@@ -201,10 +196,8 @@ public:
     dst_ = dst;
     chunks_ = static_cast<std::uint32_t>((dst.size() + chunk_ - 1) / chunk_);
     next_ = 0;
-    error_ = {};
-    active_ = true;
     op_ = channel<std::byte>(*conn_).next_notification();
-    return {};
+    return begin();
   }
 
   //! Opens the chunks that have arrived. @return true when the read has

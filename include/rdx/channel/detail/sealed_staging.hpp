@@ -64,14 +64,57 @@ public:
   [[nodiscard]] bool busy() const noexcept { return active_; }
 
 protected:
+  // A transfer starts: no error yet, running.
+  std::error_code begin() noexcept {
+    error_ = {};
+    active_ = true;
+    return {};
+  }
+
   std::error_code error_;
   bool active_ = false;
+};
+
+// Operations on `depth` slots, each in flight or not: what every sealed
+// type that posts (sealed_writer, sealed_source, sealed_fetcher) keeps.
+class sealed_slots {
+protected:
+  explicit sealed_slots(std::uint32_t depth) : ops_(depth), flying_(depth, false) {}
+
+  // Slot s's operation has ended (or none is in flight there): it leaves
+  // the flight, its error kept in error. @return false while it runs.
+  bool retire(std::size_t s, std::error_code& error) noexcept {
+    if (!flying_[s] || !ops_[s].test()) {
+      return !flying_[s];
+    }
+    flying_[s] = false;
+    --in_flight_;
+    if (std::error_code ec = ops_[s].error(); ec && !error) {
+      error = ec;
+    }
+    return true;
+  }
+  // Every slot's operation that has ended leaves the flight (the first error kept).
+  void retire_all(std::error_code& error) noexcept {
+    for (std::size_t s = 0; s < ops_.size() && in_flight_ != 0; ++s) {
+      (void)retire(s, error);
+    }
+  }
+  // Slot s's operation was started: it is in flight.
+  void fly(std::size_t s) noexcept {
+    flying_[s] = true;
+    ++in_flight_;
+  }
+
+  std::vector<operation> ops_;
+  std::vector<bool> flying_;
+  std::size_t in_flight_ = 0;
 };
 
 // What sealed_writer and sealed_fetcher share: their connection and seal,
 // registered staging of `depth` slots of chunk + 24 bytes, the operation on
 // each slot, and the checks of a window's size.
-class sealed_staging {
+class sealed_staging : public sealed_slots {
 public:
   sealed_staging(const sealed_staging&) = delete;
   sealed_staging& operator=(const sealed_staging&) = delete;
@@ -84,14 +127,13 @@ public:
 protected:
   sealed_staging(const char* who, connection& c, const protection_domain& pd, message_seal& seal,
                  std::uint32_t chunk, std::uint32_t depth)
-      : who_(who),
+      : sealed_slots(depth),
+        who_(who),
         conn_(&c),
         seal_(&seal),
         chunk_(checked_sealed_chunk(who, chunk, depth, "depth")),
         stride_(std::size_t{chunk} + sealed_message_overhead),
-        staging_(pd, stride_ * depth),
-        ops_(depth),
-        flying_(depth, false) {}
+        staging_(pd, stride_ * depth) {}
   // Operations still in flight use the staging: they are waited for (10 s
   // at most), and past that the connection fails, which retires them.
   ~sealed_staging() {
@@ -130,19 +172,6 @@ protected:
     chunks = static_cast<std::uint32_t>(k);
     return {};
   }
-  // Slot s's operation has ended (or none is in flight there): it leaves
-  // the flight, its error kept in error. @return false while it runs.
-  bool retire(std::size_t s, std::error_code& error) noexcept {
-    if (!flying_[s] || !ops_[s].test()) {
-      return !flying_[s];
-    }
-    flying_[s] = false;
-    --in_flight_;
-    if (std::error_code ec = ops_[s].error(); ec && !error) {
-      error = ec;
-    }
-    return true;
-  }
   std::byte* slot(std::size_t s) noexcept { return staging_.data() + s * stride_; }
 
   const char* who_;
@@ -151,9 +180,6 @@ protected:
   std::uint32_t chunk_;
   std::size_t stride_;
   registered_buffer<std::byte> staging_;
-  std::vector<operation> ops_;
-  std::vector<bool> flying_;
-  std::size_t in_flight_ = 0;
 };
 
 }  // namespace detail
