@@ -92,7 +92,6 @@ inline point_result transfer_client(bench_env& e, const point& p) {
 //! The server's side of a transfer point: every byte checked.
 inline void transfer_server(bench_env& e, const point& p) {
   const std::size_t b = p.size;
-  const std::uint64_t chunk = e.pl.chunk;
   const std::span<std::byte> dst = e.bulk->span().first(b);
   std::memset(dst.data(), 0, b);  // nothing an earlier point left passes (its seed differs too)
   checker check(e, p);
