@@ -80,7 +80,7 @@ public:
         sq_(qp, send_depth(qp), send_depth(qp) / 2),
         sealed_(sealed) {
     if (sealed_.seal != nullptr) {
-      const std::size_t need = (opt_.chunk_bytes + sealed_message_overhead) * opt_.depth;
+      const std::size_t need = sealed_stride() * opt_.depth;
       if (sealed_.local == nullptr || sealed_.local->length() < need || !contains(sealed_.peer, 0, need)) {
         rdx::detail::throw_rdx(
             errc::invalid_argument,
@@ -233,8 +233,7 @@ private:
     }
     if (sealed_.seal != nullptr) {
       // Opened into the bounce slot only once its tag has checked.
-      auto* slot = static_cast<std::byte*>(sealed_.local->addr()) + c.slot * sealed_stride();
-      if (sealed_.seal->open({slot, expected}, c.host.data())) {
+      if (sealed_.seal->open({sealed_slot(c.slot), expected}, c.host.data())) {
         rdx::detail::throw_rdx(errc::integrity_failed, "staged transfer: chunk " + std::to_string(c.index) +
                                                            ": " + sealed_.seal->failure());
       }
@@ -242,6 +241,10 @@ private:
   }
   [[nodiscard]] std::size_t sealed_stride() const noexcept {
     return opt_.chunk_bytes + sealed_message_overhead;
+  }
+  // Where bounce slot `slot`'s chunk is sealed (sender) or lands sealed (receiver).
+  [[nodiscard]] std::byte* sealed_slot(std::size_t slot) const noexcept {
+    return static_cast<std::byte*>(sealed_.local->addr()) + slot * sealed_stride();
   }
   // Chunk k's slot is free: the sender may write chunk k + depth into it.
   void release_slot(std::size_t k) {
@@ -272,19 +275,17 @@ private:
     if (c.index >= opt_.depth) {
       (void)expect(credit_tag(c.index), "slot credit for chunk", c.index);
     }
-    if (sealed_.seal != nullptr) {
-      const std::size_t off = c.slot * sealed_stride();
-      auto* out = static_cast<std::byte*>(sealed_.local->addr()) + off;
-      if (auto ec = sealed_.seal->seal(c.host, out)) {
+    // Sealed, the chunk goes from its sealed slot, sealed there now.
+    const bool sealed = sealed_.seal != nullptr;
+    if (sealed) {
+      if (auto ec = sealed_.seal->seal(c.host, sealed_slot(c.slot))) {
         fail("seal of chunk", c.index, ec.message());
       }
-      auto wr = wr::write_imm(sealed_.local->sge(off, c.host.size() + sealed_message_overhead),
-                              at(sealed_.peer, off), data_tag(c.index));
-      slots_[c.slot] = slot_write{post(wr, "write of chunk", c.index, true), c.index, true};
-      return;
     }
-    const std::size_t off = c.slot * opt_.chunk_bytes;
-    auto wr = wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
+    const std::size_t off = c.slot * (sealed ? sealed_stride() : opt_.chunk_bytes);
+    auto wr = sealed ? wr::write_imm(sealed_.local->sge(off, c.host.size() + sealed_message_overhead),
+                                     at(sealed_.peer, off), data_tag(c.index))
+                     : wr::write_imm(bounce_.sge(off, c.host.size()), at(peer_, off), data_tag(c.index));
     // Signaled: its own completion frees the slot (slot_done, wait_slot).
     slots_[c.slot] = slot_write{post(wr, "write of chunk", c.index, true), c.index, true};
   }
