@@ -59,7 +59,8 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 echo "== configure and build" | tee "$OUT/build.log"
 targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
          cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor
-         cuda_same_host_test cuda_same_host_bench cuda_same_host_choice_test)
+         cuda_same_host_test cuda_same_host_bench cuda_same_host_choice_test
+         cuda_alltoall_blocks_test alltoall)
 if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
      -DRDX_CUDA=ON -DRDX_WARNINGS_AS_ERRORS=ON -DRDX_BUILD_BENCHMARKS=OFF >>"$OUT/build.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" >>"$OUT/build.log" 2>&1; then
@@ -75,7 +76,7 @@ echo "== tests"
 (cd "$BUILD" && ctest -R '^cuda_' -LE rdma --output-on-failure -V) >"$OUT/ctest.log" 2>&1
 for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test \
          cuda_same_host_choice_test cuda_same_host_vmm cuda_same_host_legacy cuda_same_host_exporter_exit \
-         cuda_same_host_grant_refused cuda_same_host_same_process; do
+         cuda_same_host_grant_refused cuda_same_host_same_process cuda_alltoall_blocks_test; do
   line=$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $t " "$OUT/ctest.log" | tail -1)
   if [[ $line == *Passed* ]]; then r="passed"
   elif [[ $line == *Skipped* || $line == *"Not Run"* ]]; then r="skipped: $(grep -m1 -o "$t: SKIP: .*" "$OUT/ctest.log" | sed "s/^$t: SKIP: //" | cut -c1-80)"
@@ -84,10 +85,17 @@ for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test
   row "test $t" "$r"
 done
 
+# alltoall --memory cuda: the GPU is found and the blocks made; with no RDMA
+# device on this machine it must stop there, naming the device it lacks.
+a2a_out=$("$BUILD/examples/alltoall" --memory cuda --rank 0 --world 1 -n 1 2>&1)
+a2a_rc=$?
+echo "$a2a_out" >"$OUT/alltoall-cuda.log"
+row "alltoall --memory cuda (exit $a2a_rc)" "$(echo "$a2a_out" | tail -1 | cut -c1-100)"
+
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [[ -n $SAN ]]; then
   echo "== compute-sanitizer memcheck"
-  for t in cuda_pattern_test cuda_staging_test; do
+  for t in cuda_pattern_test cuda_staging_test cuda_alltoall_blocks_test; do
     "$SAN" --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >>"$OUT/ctest.log" 2>&1
     rc=$?
     row "memcheck $t" "$([[ $rc == 0 ]] && echo clean || echo "FAILED (exit $rc)")"

@@ -19,6 +19,12 @@
 #if RDX_EXAMPLES_AUTH
 #include <rdx/auth/psk.hpp>
 #endif
+#if RDX_EXAMPLES_CUDA
+#include <rdx/cuda/check.hpp>
+#include <rdx/cuda/topology.hpp>
+
+#include "gpu_memory.hpp"
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -27,11 +33,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "blocks.hpp"
 #include "cli.hpp"
 
 namespace {
@@ -51,6 +59,11 @@ constexpr bool built_with_auth = true;
 #else
 constexpr bool built_with_auth = false;
 #endif
+#if RDX_EXAMPLES_CUDA
+constexpr bool built_with_cuda = true;
+#else
+constexpr bool built_with_cuda = false;
+#endif
 
 struct options {
   std::string device;
@@ -66,6 +79,9 @@ struct options {
   bootstrap boot = bootstrap::automatic;
   bool quiet = false;
   std::string psk_file;  // the job's key: rendezvous and connections admit only its holders
+  bool cuda = false;     // blocks and window in GPU memory (--memory cuda)
+  std::optional<int> gpu;
+  std::string path = "auto";  // how GPU memory meets the NIC: auto, direct or staged
 };
 
 void usage(const char* argv0) {
@@ -113,6 +129,17 @@ void usage(const char* argv0) {
       "                          MAC; every rank needs the same file (this build: %s)\n"
       "      --on-demand         connect each pair on its first write instead of all at\n"
       "                          set-up (the first all-to-all then connects them)\n"
+      "      --memory host|cuda  where the blocks and the window live (default host);\n"
+      "                          cuda: on a GPU (this build: %s)\n"
+      "      --gpu N             the CUDA device (default: the local rank modulo the\n"
+      "                          GPUs); the RDMA device is -d, else RDX_DEVICE, else\n"
+      "                          the one nearest to the GPU\n"
+      "      --path auto|direct|staged  how GPU memory meets the NIC, as gpu_pingpong:\n"
+      "                          direct registers it (dma-buf, else peermem); staged\n"
+      "                          copies through pinned host memory (before the writes\n"
+      "                          and after the barrier, both timed); auto (default)\n"
+      "                          takes direct where it registers and needs no RDMA read\n"
+      "                          to flush the NIC's writes, else staged\n"
       "  -q, --quiet             only the summary lines\n"
       "  -h, --help              this text\n"
       "\n"
@@ -121,7 +148,8 @@ void usage(const char* argv0) {
       "barrier after them) and the bandwidth it sent, per peer and in all. Exit\n"
       "status 0 only when every byte on every rank was right.\n",
       argv0, built_with_pmix ? "with PMIx" : "without PMIx: libpmix-dev was not found",
-      built_with_auth ? "with rdx::auth" : "without rdx::auth: libssl-dev was not found");
+      built_with_auth ? "with rdx::auth" : "without rdx::auth: libssl-dev was not found",
+      built_with_cuda ? "with rdx::cuda" : "without rdx::cuda: the CUDA Toolkit was not found");
 }
 
 options parse(int argc, char** argv) {
@@ -171,6 +199,21 @@ options parse(int argc, char** argv) {
       o.psk_file = v;
     } else if (a.match({"--on-demand"})) {
       o.on_demand = true;
+    } else if (a.match({"--memory"}, &v)) {
+      if (v != "host" && v != "cuda") throw app::usage_error("--memory " + v + ": expected host or cuda");
+      if (v == "cuda" && !built_with_cuda) {
+        throw app::usage_error(
+            "--memory cuda: this alltoall was built without rdx::cuda (install the CUDA Toolkit at "
+            "/usr/local/cuda and reconfigure with -DRDX_CUDA=ON)");
+      }
+      o.cuda = v == "cuda";
+    } else if (a.match({"--gpu"}, &v)) {
+      o.gpu = static_cast<int>(app::parse_number("--gpu", v, 0, 1023));
+    } else if (a.match({"--path"}, &v)) {
+      if (v != "auto" && v != "direct" && v != "staged") {
+        throw app::usage_error("--path " + v + ": expected auto, direct or staged");
+      }
+      o.path = v;
     } else if (a.match({"-q", "--quiet"})) {
       o.quiet = true;
     } else {
@@ -179,6 +222,9 @@ options parse(int argc, char** argv) {
   }
   if (o.rank.has_value() != o.world.has_value() || (o.rank && o.master.empty() && *o.world > 1)) {
     throw app::usage_error("--rank, --world and --master go together");
+  }
+  if (!o.cuda && (o.gpu || o.path != "auto")) {
+    throw app::usage_error("--gpu and --path go with --memory cuda");
   }
   if (o.boot == bootstrap::pmix && o.rank) {
     throw app::usage_error("--bootstrap pmix takes the rank from the PMIx server: drop --rank");
@@ -206,13 +252,6 @@ rdx::group::rank_info place(const options& o) {
   return rdx::group::given(*o.rank, *o.world, 0, 1, host, port);
 }
 
-// The byte `from` writes at offset i of its block at `to` in iteration `it`.
-std::byte pattern(std::uint32_t it, std::uint32_t from, std::uint32_t to, std::size_t i) {
-  const std::uint64_t x = (std::uint64_t{it} * 0x9e3779b1u) ^ (std::uint64_t{from} << 20) ^
-                          (std::uint64_t{to} << 8) ^ (i * 0x45d9f3bu) ^ (i >> 9);
-  return static_cast<std::byte>(x ^ (x >> 13));
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -231,6 +270,44 @@ bool use_pmix(const options& o) {
 }
 #endif
 
+// The CUDA device of this rank: --gpu, else the local rank modulo the GPUs.
+int gpu_of(const options& o, const rdx::group::rank_info& me) {
+#if RDX_EXAMPLES_CUDA
+  // Before the RDMA device: a GPU rank without a GPU says so first.
+  if (const std::string why = rdx::cuda::no_device_reason(); !why.empty()) {
+    throw rdx::error(rdx::errc::unsupported, "--memory cuda: no usable CUDA GPU: " + why);
+  }
+  if (o.gpu) return *o.gpu;
+  const int count = rdx::cuda::device_count();
+  return count > 0 ? static_cast<int>(me.local_rank % static_cast<std::uint32_t>(count)) : 0;
+#else
+  (void)me;
+  return o.gpu.value_or(0);
+#endif
+}
+
+// The RDMA device for a GPU rank without -d: RDX_DEVICE, else the nearest.
+std::string nic_for(int gpu) {
+#if RDX_EXAMPLES_CUDA
+  if (rdx::cuda::device_count() > gpu) {
+    if (auto name = rdx::cuda::rdma_device_for_gpu(gpu)) return *name;
+  }
+#else
+  (void)gpu;
+#endif
+  return {};
+}
+
+std::unique_ptr<alltoall::memory> make_memory(const options& o, const rdx::protection_domain& pd,
+                                              std::uint32_t n, int gpu) {
+#if RDX_EXAMPLES_CUDA
+  if (o.cuda) return alltoall::make_gpu_memory(pd, o.block, n, gpu, o.path);
+#else
+  (void)gpu;
+#endif
+  return std::make_unique<alltoall::host_memory>(pd, o.block, n);
+}
+
 int run(const options& o) {
 #if RDX_EXAMPLES_PMIX
   // Before the mesh, so that it outlives it: the mesh's exchange calls it.
@@ -245,15 +322,17 @@ int run(const options& o) {
 #if RDX_EXAMPLES_AUTH
   if (!o.psk_file.empty()) mo.key = rdx::auth::psk_key::from_file(o.psk_file);  // before any socket
 #endif
-  rdx::context ctx = app::open_device(o.device);
+  const int gpu = o.cuda ? gpu_of(o, me) : -1;
+  rdx::context ctx = app::open_device(o.device.empty() && o.cuda ? nic_for(gpu) : o.device);
   rdx::protection_domain pd(ctx);
-  const std::size_t bytes = o.block * n;
-  auto window = rdx::make_window_buffer<std::byte>(pd, bytes);
-  rdx::registered_buffer<std::byte> src(pd, bytes);
+  const std::unique_ptr<alltoall::memory> mem = make_memory(o, pd, n, gpu);
   if (!o.quiet && r == 0) {
     std::printf("alltoall: %u ranks (%s), a block of %zu bytes to each peer, %u iterations%s\n", n,
                 std::string(rdx::group::to_string(me.from)).c_str(), o.block, o.iters,
                 mo.key ? ", the job's key on the rendezvous and every connection" : "");
+  }
+  if (!o.quiet && (r == 0 || o.cuda)) {
+    std::printf("rank %u: blocks in %s\n", r, mem->describe().c_str());
     std::fflush(stdout);
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout);
@@ -272,8 +351,7 @@ int run(const options& o) {
                   std::chrono::duration<double, std::milli>(chosen).count());
     }
   }
-  rdx::group::mesh m(me, pd,
-                     rdx::group::mesh_window{&window.region(), std::span(window.data(), bytes), o.block}, mo);
+  rdx::group::mesh m(me, pd, mem->window(), mo);
   const auto& t = m.timings();
   auto msf = [](std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; };
 
@@ -283,17 +361,14 @@ int run(const options& o) {
   std::uint64_t wrong = 0;
   std::string first_wrong;
   for (std::uint32_t it = 0; it < o.warmup + o.iters; ++it) {
-    for (std::uint32_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      std::byte* b = src.data() + std::size_t{p} * o.block;
-      for (std::size_t i = 0; i < o.block; ++i) b[i] = pattern(it, r, p, i);
-    }
+    alltoall::fill(mem->host_fill(), o.block, it, r);
+    mem->filled();
     const auto t0 = steady::now();
+    mem->before_writes();
     // Peers in a rotation from this rank, so no rank is everyone's first.
     for (std::uint32_t k = 1; k < n; ++k) {
       const std::uint32_t p = (r + k) % n;
-      ops[p] = m.block_of(p).write(
-          rdx::local_span<const std::byte>(src).subspan(std::size_t{p} * o.block, o.block), 0);
+      ops[p] = m.block_of(p).write(mem->source(p), 0);
     }
     for (std::uint32_t p = 0; p < n; ++p) {
       if (p == r) continue;
@@ -304,21 +379,11 @@ int run(const options& o) {
       }
     }
     m.barrier(ms);
+    mem->after_barrier();
     const double sec = std::chrono::duration<double>(steady::now() - t0).count();
     if (it >= o.warmup) times.push_back(sec);
     if (it == 0) first = sec;
-    for (std::uint32_t p = 0; p < n; ++p) {
-      if (p == r) continue;
-      const auto got = m.local_block(p);
-      for (std::size_t i = 0; i < o.block; ++i) {
-        if (got[i] != pattern(it, p, r, i)) {
-          if (wrong++ == 0) {
-            first_wrong = "iteration " + std::to_string(it) + ", from rank " + std::to_string(p) +
-                          ", offset " + std::to_string(i);
-          }
-        }
-      }
-    }
+    wrong += alltoall::check(mem->received(), o.block, it, r, first_wrong);
     m.barrier(ms);  // nobody overwrites a block before its reader has checked it
   }
   const double med = median(times);
