@@ -179,6 +179,20 @@ inline std::string doctor_hint(std::string_view checks) {
   throw error(e, std::string(what));
 }
 
+//! f()'s value with ec cleared, or, when f throws rdx::error, a default value with the error's
+//! code in ec: the boundary of a set-up call's std::error_code& form. Anything else f throws
+//! (std::bad_alloc) passes through.
+template <class F>
+auto value_or_code(std::error_code& ec, F&& f) -> decltype(f()) {
+  ec.clear();
+  try {
+    return f();
+  } catch (const error& e) {
+    ec = e.code();
+  }
+  return {};
+}
+
 //! Log hook for failures that cannot be thrown (destructors).
 using log_hook_t = void (*)(std::string_view message) noexcept;
 inline void default_log_hook(std::string_view message) noexcept {

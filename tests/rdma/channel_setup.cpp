@@ -1,7 +1,7 @@
 // rdma tests: connection set-up against bad and hostile peers over the TCP
 // bootstrap (docs/design.md, "Trust"). One deadline covers the whole
 // exchange; a silent or slow client costs only its own slot; malformed
-// settings fail with what arrived; with a pre-shared key (rdx::auth), a
+// settings fail with what arrived (in ec with the error_code form); with a pre-shared key (rdx::auth), a
 // wrong key, a changed byte, a replay and a peer without a key all fail
 // before any queue pair is connected.
 #include <rdx/connect/settings.hpp>
@@ -136,6 +136,33 @@ TEST_CASE("oversize and impossible settings from a peer fail with what arrived; 
     rdx::connection c(n.pd, rdx::connection_attr{.recv_depth = 4});
     expect_refused(
         c, [&](const rdx::tcp::socket& s) { fake_peer(s, donor.local_info(), bc.bytes); }, bc.says);
+  }
+}
+
+TEST_CASE(
+    "exchange_and_connect's error_code form: garbage or silence from the peer is in ec, nothing connects",
+    "[hostile]") {
+  node n;
+  for (const bool silent : {false, true}) {
+    INFO((silent ? "a silent peer" : "a peer that sends garbage"));
+    rdx::connection c(n.pd, rdx::connection_attr{.recv_depth = 4});
+    tcp_pair t;
+    std::thread peer([&] {
+      if (!silent) {
+        const std::vector<std::byte> garbage(64, std::byte{0x58});
+        try {
+          t.client.send_all(garbage, clk::now() + 5s, "garbage");
+        } catch (const rdx::error&) {}
+      }
+    });
+    std::error_code ec = make_error_code(rdx::errc::protocol_error);
+    const rdx::peer_offer offer =
+        rdx::exchange_and_connect(t.server, c, {}, rdx::exchange_options{.timeout = 300ms}, ec);
+    peer.join();
+    CHECK(ec == (silent ? rdx::errc::timed_out : rdx::errc::wire_format));
+    CHECK(offer.windows.empty());
+    CHECK(offer.info.endpoints.empty());
+    CHECK(c.qp(0).state() == rdx::qp_state::init);
   }
 }
 

@@ -4,7 +4,9 @@
 // of a wrong version, and one whose settings differ (both rejected with the
 // reason, which the client reads); too many grants; a peer that connects and
 // vanishes (the listener goes on); the peer's DISCONNECTED failing pending
-// operations at once, next to the retry-timeout bound. Run under the
+// operations at once, next to the retry-timeout bound; the error_code forms
+// of cm::connect and cm::accept, and a client that waits for a listener
+// starting after it (and for one that never does). Run under the
 // asan-ubsan preset as well.
 #include <rdx/cm/cm.hpp>
 
@@ -133,6 +135,78 @@ TEST_CASE("connecting to a port where nothing listens fails fast, naming the pee
   CHECK(took < 10s);
 }
 
+TEST_CASE(
+    "the error_code forms: a refusal is in ec; waiting for a late listener connects, for none ends refused",
+    "[cm]") {
+  const std::string addr = node_address();
+  rdx::context ctx = channel_test::open_device();
+  rdx::protection_domain pd(ctx);
+  std::uint16_t port = 0;
+  {
+    rdx::cm::listener probe(0, addr);  // a port nothing listens on once it is gone
+    port = probe.port();
+  }
+  REQUIRE(port != 0);
+
+  SECTION("no listener, no waiting: refused at once") {
+    rdx::connection conn(pd, {});
+    std::error_code ec = make_error_code(rdx::errc::protocol_error);
+    const auto t0 = clk::now();
+    const rdx::peer_offer offer = rdx::cm::connect(conn, addr, port, {}, {}, ec);
+    CHECK(ec == std::errc::connection_refused);
+    CHECK(offer.windows.empty());
+    CHECK(conn.qp(0).state() != rdx::qp_state::rts);
+    CHECK(clk::now() - t0 < 5s);
+  }
+  SECTION("a listener that starts 500 ms after the client: the retry connects") {
+    outcome srv;
+    std::error_code server_ec = make_error_code(rdx::errc::protocol_error);
+    std::thread server([&] {
+      std::this_thread::sleep_for(500ms);
+      try {
+        rdx::cm::listener l(port, addr);
+        rdx::connection conn(pd, {});
+        if (std::optional<rdx::cm::request> r = l.next(10s)) {
+          (void)rdx::cm::accept(std::move(*r), conn, {}, {}, server_ec);  // ESTABLISHED on both sides
+        }
+      } catch (...) {
+        srv.error = std::current_exception();
+      }
+    });
+    rdx::connection conn(pd, {});
+    rdx::cm::options o;
+    o.wait_for_listener = true;
+    std::error_code ec = make_error_code(rdx::errc::protocol_error);
+    const auto t0 = clk::now();
+    (void)rdx::cm::connect(conn, addr, port, {}, o, ec);
+    const auto took = clk::now() - t0;
+    server.join();
+    rethrow(srv);
+    INFO(ec.message());
+    CHECK_FALSE(ec);
+    CHECK_FALSE(server_ec);
+    CHECK(conn.qp(0).state() == rdx::qp_state::rts);
+    CHECK(took >= 400ms);
+    CHECK(took < o.timeout);
+  }
+  SECTION("waiting, and nothing ever listens: refused, not timed out, at the timeout") {
+    rdx::connection conn(pd, {});
+    rdx::cm::options o;
+    o.timeout = 1500ms;
+    o.wait_for_listener = true;
+    std::error_code ec;
+    const auto t0 = clk::now();
+    (void)rdx::cm::connect(conn, addr, port, {}, o, ec);
+    const auto took = clk::now() - t0;
+    std::printf("cm: waited %lld ms for a listener: %s\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
+                ec.message().c_str());
+    CHECK(ec == std::errc::connection_refused);
+    CHECK(took >= 1000ms);  // retries go on while 400 ms are left
+    CHECK(took < 1500ms + 1s);
+  }
+}
+
 TEST_CASE("a request of another version, or with other settings, is rejected with the reason", "[cm]") {
   const std::string addr = node_address();
   rdx::context ctx = channel_test::open_device();
@@ -184,6 +258,24 @@ TEST_CASE("a request of another version, or with other settings, is rejected wit
     CHECK(what.find("recv_depth is 16") != std::string::npos);
     CHECK(srv.text.find("recv_depth is 16") != std::string::npos);
     CHECK_FALSE(conn.failed());
+  }
+  SECTION("other recv_depth, with accept's error_code form: the reason's code in ec, no queue pair in RTS") {
+    std::error_code server_ec;
+    rdx::qp_state server_state = rdx::qp_state::unknown;
+    std::thread server([&] {
+      rdx::connection conn(pd, {.recv_depth = 32});
+      if (std::optional<rdx::cm::request> r = l.next(10s)) {
+        (void)rdx::cm::accept(std::move(*r), conn, {}, {}, server_ec);
+      }
+      server_state = conn.qp(0).state();
+    });
+    rdx::connection conn(pd, {.recv_depth = 16});
+    std::error_code ec;
+    (void)rdx::cm::connect(conn, addr, port, {}, {}, ec);
+    server.join();
+    CHECK(ec == rdx::errc::rejected);
+    CHECK(server_ec == rdx::errc::invalid_argument);
+    CHECK(server_state != rdx::qp_state::rts);
   }
 }
 

@@ -1,13 +1,15 @@
 // rdx::cm::detail::retry_while_refused: a client that waits for its listener
-// tries again while it is refused, within the whole timeout; each retry starts
-// with at least 200 ms left; a retry that runs out of time after a refusal
-// reports the refusal (what the user can act on), not a bare timeout; other
-// errors end it at once.
+// tries again while it is refused (an attempt reports a refusal as a value,
+// never by throwing), within the whole timeout; each retry starts with at
+// least 200 ms left; a retry that runs out of time after a refusal reports
+// the refusal (what the user can act on), not a bare timeout; other errors
+// end it at once.
 #include <rdx/cm/link.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -28,6 +30,8 @@ rdx::error timed_out() {
 }
 
 // The error retry_while_refused(o, attempt) ends with; a test failure if it returns.
+using refusal = cm::detail::refusal;
+
 template <class F>
 rdx::error thrown_by(const cm::options& o, F&& attempt) {
   try {
@@ -45,11 +49,13 @@ TEST_CASE("without wait_for_listener the first refusal ends it") {
   cm::options o;
   o.timeout = 2000ms;
   int calls = 0;
-  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
+  const rdx::error e = thrown_by(o, [&](const cm::options&, refusal& r) -> std::optional<int> {
     ++calls;
-    throw refused();
+    r = refused();
+    return std::nullopt;
   });
   CHECK(e.code() == std::errc::connection_refused);
+  CHECK(std::string(e.what()).find("nothing listens on that port") != std::string::npos);
   CHECK(calls == 1);
 }
 
@@ -58,11 +64,16 @@ TEST_CASE("refused twice, then accepted: the value, with less time each try") {
   o.timeout = 3000ms;
   o.wait_for_listener = true;
   std::vector<std::chrono::milliseconds> given;
-  const int v = cm::detail::retry_while_refused(o, [&](const cm::options& left) -> int {
-    given.push_back(left.timeout);
-    if (given.size() < 3) throw refused();
-    return 42;
-  });
+  const int v =
+      cm::detail::retry_while_refused(o, [&](const cm::options& left, refusal& r) -> std::optional<int> {
+        CHECK_FALSE(r.has_value());  // each attempt reports its own refusal
+        given.push_back(left.timeout);
+        if (given.size() < 3) {
+          r = refused();
+          return std::nullopt;
+        }
+        return 42;
+      });
   CHECK(v == 42);
   REQUIRE(given.size() == 3);
   CHECK(given[0] <= 3000ms);
@@ -76,8 +87,11 @@ TEST_CASE("a retry that times out after a refusal reports the refusal") {
   o.timeout = 1500ms;
   o.wait_for_listener = true;
   int calls = 0;
-  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
-    if (++calls == 1) throw refused();
+  const rdx::error e = thrown_by(o, [&](const cm::options&, refusal& r) -> std::optional<int> {
+    if (++calls == 1) {
+      r = refused();
+      return std::nullopt;
+    }
     throw timed_out();
   });
   CHECK(e.code() == std::errc::connection_refused);
@@ -89,7 +103,8 @@ TEST_CASE("a timeout with no refusal before it stays a timeout") {
   cm::options o;
   o.timeout = 1000ms;
   o.wait_for_listener = true;
-  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int { throw timed_out(); });
+  const rdx::error e =
+      thrown_by(o, [&](const cm::options&, refusal&) -> std::optional<int> { throw timed_out(); });
   CHECK(e.code() == make_error_code(rdx::errc::timed_out));
 }
 
@@ -99,9 +114,10 @@ TEST_CASE("refused until the end: refused, within the timeout, every try with 20
   o.wait_for_listener = true;
   std::vector<std::chrono::milliseconds> given;
   const auto t0 = std::chrono::steady_clock::now();
-  const rdx::error e = thrown_by(o, [&](const cm::options& left) -> int {
+  const rdx::error e = thrown_by(o, [&](const cm::options& left, refusal& r) -> std::optional<int> {
     given.push_back(left.timeout);
-    throw refused();
+    r = refused();
+    return std::nullopt;
   });
   CHECK(e.code() == std::errc::connection_refused);
   CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
@@ -114,7 +130,7 @@ TEST_CASE("any other error ends it at once") {
   o.timeout = 2000ms;
   o.wait_for_listener = true;
   int calls = 0;
-  const rdx::error e = thrown_by(o, [&](const cm::options&) -> int {
+  const rdx::error e = thrown_by(o, [&](const cm::options&, refusal&) -> std::optional<int> {
     ++calls;
     throw rdx::error(rdx::errc::rejected, "rejected by the rdx server");
   });

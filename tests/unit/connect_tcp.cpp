@@ -123,6 +123,40 @@ TEST_CASE("tcp: connect to a closed port retries until its deadline, then names 
   }
 }
 
+TEST_CASE("tcp: the error_code forms of accept and connect report the failure without throwing") {
+  auto l = rdx::tcp::listener::bind("127.0.0.1", 0);
+  std::error_code ec = make_error_code(rdx::errc::protocol_error);  // cleared or replaced
+  auto t0 = steady::now();
+  rdx::tcp::socket s = l.accept(200ms, ec);
+  CHECK(ec == rdx::errc::timed_out);
+  CHECK_FALSE(s.is_open());
+  CHECK(steady::now() - t0 >= 200ms);
+
+  const auto port = free_port();
+  t0 = steady::now();
+  s = rdx::tcp::connect("127.0.0.1", port, 300ms, ec);
+  INFO(ec.message());
+  CHECK(ec == std::errc::connection_refused);
+  CHECK_FALSE(s.is_open());
+  CHECK(steady::now() - t0 >= 300ms);
+  CHECK(steady::now() - t0 < 5s);
+
+  s = rdx::tcp::connect("no-such-host.invalid", 1, 300ms, ec);
+  CHECK(ec == rdx::errc::invalid_argument);
+  CHECK_FALSE(s.is_open());
+
+  // Success clears ec.
+  ec = make_error_code(rdx::errc::protocol_error);
+  rdx::tcp::socket client = rdx::tcp::connect("127.0.0.1", l.port(), 5s, ec);
+  CHECK_FALSE(ec);
+  CHECK(client.is_open());
+  ec = make_error_code(rdx::errc::protocol_error);
+  rdx::tcp::socket server = l.accept(5s, ec);
+  CHECK_FALSE(ec);
+  CHECK(server.is_open());
+  CHECK(server.peer().rfind("127.0.0.1:", 0) == 0);
+}
+
 TEST_CASE("tcp: a client may start before its server") {
   const auto port = free_port();
   auto client = std::async(std::launch::async, [&] {

@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace rdx {
@@ -214,6 +215,16 @@ inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
   c.connect(peer.info, o.connect);
   tcp::barrier(s, deadline);
   return peer;
+}
+
+//! The same without throwing rdx::error: the same work as the throwing form; its rdx::error
+//! becomes ec (cleared on success), with the code only, not the message's text. On failure the
+//! value returned is empty and c is left as the throwing form leaves it. std::bad_alloc passes
+//! through.
+inline peer_offer exchange_and_connect(const tcp::socket& s, connection& c,
+                                       std::span<const window_descriptor> grants, const exchange_options& o,
+                                       std::error_code& ec) {
+  return detail::value_or_code(ec, [&] { return exchange_and_connect(s, c, grants, o); });
 }
 
 //! The same, with a timeout for the whole exchange and connect options.

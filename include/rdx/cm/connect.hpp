@@ -20,9 +20,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace rdx::cm {
@@ -139,7 +141,7 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
   if (k > max_queue_pairs) {
     throw error(errc::invalid_argument, "cm::connect: more than 64 queue pairs");
   }
-  return detail::retry_while_refused(o, [&](const options& attempt) {
+  return detail::retry_while_refused(o, [&](const options& attempt, detail::refusal& refused) {
     std::uint32_t tag = 0;
     rdx::detail::os_random(&tag, sizeof tag);
     const connection_info mine = c.local_info();
@@ -149,7 +151,11 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
       d.request(i, c.qp(i), encode_hello(detail::hello_for(message_kind::request, i8, c, mine, tag, grants)),
                 attempt.qp);
     }
-    std::vector<event> replies = d.responses();
+    std::optional<std::vector<event>> answer = d.responses(refused);
+    if (!answer) {
+      return std::optional<peer_offer>();
+    }
+    std::vector<event>& replies = *answer;
     std::vector<hello> got;
     std::vector<std::uint32_t> qpns;
     std::vector<std::vector<std::uint32_t>> keys;
@@ -183,8 +189,17 @@ inline peer_offer connect(connection& c, std::string_view host, std::uint16_t po
       detail::connect_qp(d.id_of(i), qp, oo);
     });
     e.attach_link(std::make_unique<link>(d.establish(std::move(replies[0].private_data))));
-    return offer;
+    return std::optional<peer_offer>(std::move(offer));
   });
+}
+
+//! The same without throwing rdx::error: the same work as the throwing form; its rdx::error
+//! becomes ec (cleared on success), with the code only, not the message's text (with
+//! o.wait_for_listener a refusal is retried as there, and the last one is ec at the timeout).
+//! On failure the value returned is empty and c is not connected. std::bad_alloc passes through.
+inline peer_offer connect(connection& c, std::string_view host, std::uint16_t port,
+                          std::span<const window_descriptor> grants, const options& o, std::error_code& ec) {
+  return rdx::detail::value_or_code(ec, [&] { return cm::connect(c, host, port, grants, o); });
 }
 
 namespace detail {
@@ -304,6 +319,15 @@ inline peer_offer accept(request&& r, connection& c, std::span<const window_desc
   const auto deadline = clock::now() + o.timeout;
   detail::pending_accept p(std::move(r), c, grants, o);
   return p.wait(deadline, o.timeout);
+}
+
+//! The same without throwing rdx::error: the same work as the throwing form; its rdx::error
+//! becomes ec (cleared on success), with the code only, not the message's text. On failure the
+//! value returned is empty, c is not connected and the request is answered. std::bad_alloc
+//! passes through.
+inline peer_offer accept(request&& r, connection& c, std::span<const window_descriptor> grants,
+                         const options& o, std::error_code& ec) {
+  return rdx::detail::value_or_code(ec, [&] { return cm::accept(std::move(r), c, grants, o); });
 }
 
 }  // namespace rdx::cm

@@ -46,36 +46,49 @@ struct options {
 
 namespace detail {
 
-//! attempt(o) once, or with o.wait_for_listener again every 200 ms while it
-//! ends in std::errc::connection_refused, each time with what is left of o.timeout.
-//! A retry starts only with at least 200 ms left for it; if a retry runs out
-//! of time after a refusal, the refusal is what the caller gets (the cause
-//! seen last, "nothing listens on that port"), not a bare timeout.
+//! A refusal an attempt of retry_while_refused reports as a value: the error it would throw.
+using refusal = std::optional<error>;
+
+//! attempt(o, refused) once, or with o.wait_for_listener again every 200 ms while it is refused,
+//! each time with what is left of o.timeout. An attempt returns its value (an std::optional
+//! holding it), or reports a refusal (std::errc::connection_refused: nothing listens) as a value:
+//! it sets `refused` and returns an empty optional; any other failure it throws, and that ends
+//! the loop. A retry starts only with at least 200 ms left for it; if a retry runs out of time
+//! after a refusal, the refusal is what the caller gets (the cause seen last, "nothing listens on
+//! that port"), not a bare timeout. @throws the refusal when no retry is left.
 template <class F>
 auto retry_while_refused(const options& o, F&& attempt) {
+  refusal refused;
   if (!o.wait_for_listener) {
-    return attempt(o);
+    auto r = attempt(o, refused);
+    if (!r) {
+      throw error(*refused);
+    }
+    return std::move(*r);
   }
   constexpr std::chrono::milliseconds pause{200};
   const auto deadline = clock::now() + o.timeout;
-  std::optional<error> refused;
   for (;;) {
     options left = o;
     left.timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now()),
                             std::chrono::milliseconds{1});
+    refusal now;  // each attempt reports its own
+    decltype(attempt(left, now)) r;
     try {
-      return attempt(left);
+      r = attempt(left, now);
     } catch (const error& e) {
-      if (e.code() == make_error_code(errc::timed_out) && refused) {
+      // Only leaves: a timeout after a refusal says less than the refusal.
+      if (refused && e.code() == make_error_code(errc::timed_out)) {
         throw error(*refused);
       }
-      if (e.code() != std::errc::connection_refused) {
-        throw;
-      }
-      refused = e;
-      if (clock::now() + 2 * pause >= deadline) {
-        throw;
-      }
+      throw;
+    }
+    if (r) {
+      return std::move(*r);
+    }
+    refused = std::move(now);
+    if (clock::now() + 2 * pause >= deadline) {
+      throw error(*refused);
     }
     std::this_thread::sleep_for(pause);
   }
@@ -296,8 +309,15 @@ public:
                  " bytes; at most " + std::to_string(request_capacity) + ")");
     }
   }
-  //! The peer's replies, one per request.
-  std::vector<event> responses() { return await(RDMA_CM_EVENT_CONNECT_RESPONSE, "connecting"); }
+  //! The peer's replies, one per request; none, with `refused` set to the error, when nothing
+  //! listens at the port (the one failure a caller may retry, so not thrown).
+  std::optional<std::vector<event>> responses(refusal& refused) {
+    std::vector<event> r = await(RDMA_CM_EVENT_CONNECT_RESPONSE, "connecting", &refused);
+    if (refused) {
+      return std::nullopt;
+    }
+    return r;
+  }
   //! Tells the peer every queue pair is ready (its side sees ESTABLISHED) and
   //! hands over the ids.
   link establish(std::vector<std::byte> reply) {
@@ -310,12 +330,12 @@ public:
   }
 
 private:
-  std::vector<event> await(rdma_cm_event_type want, std::string_view step) {
+  std::vector<event> await(rdma_cm_event_type want, std::string_view step, refusal* refused = nullptr) {
     std::vector<rdma_cm_id*> raw;
     for (auto& i : ids_) {
       raw.push_back(i.native_handle());
     }
-    return await_all(ch_, raw, want, deadline_, peer_, step, budget_);
+    return await_all(ch_, raw, want, deadline_, peer_, step, budget_, refused);
   }
 
   // Resolves every id's address, each try bounded by resolve_try: the kernel
@@ -394,12 +414,15 @@ private:
                                             " bytes of private data, a request carries at most " +
                                             std::to_string(request_capacity));
   }
-  return detail::retry_while_refused(o, [&](const options& attempt) {
+  return detail::retry_while_refused(o, [&](const options& attempt, detail::refusal& refused) {
     detail::dialer d(host, port, 1, attempt);
     d.request(0, qp, private_data, attempt.qp);
-    std::vector<event> r = d.responses();
+    std::optional<std::vector<event>> r = d.responses(refused);
+    if (!r) {
+      return std::optional<link>();
+    }
     detail::connect_qp(d.id_of(0), qp, attempt.qp);
-    return d.establish(std::move(r[0].private_data));
+    return std::optional<link>(d.establish(std::move((*r)[0].private_data)));
   });
 }
 

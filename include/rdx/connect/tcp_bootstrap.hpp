@@ -32,21 +32,30 @@
 //! has a deadline.
 namespace rdx::tcp {
 
-//! Connects to `host:port`, retrying refused or unreachable attempts until
-//! `timeout` has passed, so a client may start before its server.
-//! @throws rdx::error with the last cause, e.g. "connect to 10.77.0.2:18515
-//!         (retried for 30.0 s; is the server running?): Connection refused".
-[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port,
-                                    milliseconds timeout = default_timeout) {
-  const std::string target = detail::host_port(host, port);
-  const auto start = clock::now();
-  const auto deadline = start + timeout;
+namespace detail {
+
+//! Where a tcp::connect failed, for the throwing form's message.
+struct connect_failure {
+  int gai = 0;                 //!< getaddrinfo's code when the host did not resolve
+  const char* call = nullptr;  //!< a call that failed on a connected socket, else nullptr
+};
+
+//! tcp::connect's work: the connected socket, or ec set (and `at` saying where) and a closed socket.
+[[nodiscard]] inline socket dial(std::string_view host, std::uint16_t port, milliseconds timeout,
+                                 std::error_code& ec, connect_failure& at) {
+  ec.clear();
+  const std::string target = host_port(host, port);
+  const auto deadline = clock::now() + timeout;
   const std::string h(host);
   milliseconds backoff{20};
   int last_err = ETIMEDOUT;
   for (;;) {
-    detail::addrinfo_list ai;
-    detail::resolve(ai, h.c_str(), port, 0, "connect to " + target);
+    addrinfo_list ai;
+    if (const int rc = try_resolve(ai, h.c_str(), port, 0); rc != 0) {
+      at.gai = rc;
+      ec = make_error_code(errc::invalid_argument);
+      return {};
+    }
     for (addrinfo* a = ai.head; a != nullptr; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) {
@@ -60,7 +69,7 @@ namespace rdx::tcp {
           err = ETIMEDOUT;
           for (;;) {
             pollfd p{fd, POLLOUT, 0};
-            const int rc = ::poll(&p, 1, detail::poll_ms(deadline));
+            const int rc = ::poll(&p, 1, poll_ms(deadline));
             if (rc < 0 && errno == EINTR) {
               continue;
             }
@@ -75,7 +84,12 @@ namespace rdx::tcp {
         }
       }
       if (err == 0) {
-        detail::set_nonblocking(fd, false);
+        if (const int e = change_nonblocking(fd, false); e != 0) {
+          ::close(fd);
+          at.call = nonblocking_call;
+          ec.assign(e, std::generic_category());
+          return {};
+        }
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         return socket(fd, target);
@@ -94,7 +108,33 @@ namespace rdx::tcp {
     std::this_thread::sleep_for(std::min<clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, milliseconds{500});
   }
-  std::string what = "connect to " + target + " (retried for " + detail::seconds_text(timeout);
+  ec.assign(last_err, std::generic_category());
+  return {};
+}
+
+}  // namespace detail
+
+//! Connects to `host:port`, retrying refused or unreachable attempts until
+//! `timeout` has passed, so a client may start before its server.
+//! @throws rdx::error with the last cause, e.g. "connect to 10.77.0.2:18515
+//!         (retried for 30.0 s; is the server running?): Connection refused".
+[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port,
+                                    milliseconds timeout = default_timeout) {
+  std::error_code ec;
+  detail::connect_failure at;
+  socket s = detail::dial(host, port, timeout, ec, at);
+  if (!ec) {
+    return s;
+  }
+  const std::string target = "connect to " + detail::host_port(host, port);
+  if (at.gai != 0) {
+    detail::fail_resolve(at.gai, target);
+  }
+  if (at.call != nullptr) {
+    detail::fail_errno(ec.value(), at.call);
+  }
+  std::string what = target + " (retried for " + detail::seconds_text(timeout);
+  const int last_err = ec.value();
   if (last_err == ECONNREFUSED) {
     what += "; is the server running?)";
   } else if (last_err == ETIMEDOUT) {
@@ -105,6 +145,19 @@ namespace rdx::tcp {
     what += ")";
   }
   detail::fail_errno(last_err, what);
+}
+//! The same without throwing: ec is cleared on success, else set to the code the throwing form
+//! carries (the last attempt's errno, e.g. std::errc::connection_refused; errc::invalid_argument
+//! for a host that does not resolve) and the socket returned is closed. ec holds the code only,
+//! not the message's text (the peer and the hint). Throws nothing but std::bad_alloc.
+[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port, milliseconds timeout,
+                                    std::error_code& ec) {
+  detail::connect_failure at;
+  return detail::dial(host, port, timeout, ec, at);
+}
+//! The same within default_timeout.
+[[nodiscard]] inline socket connect(std::string_view host, std::uint16_t port, std::error_code& ec) {
+  return connect(host, port, default_timeout, ec);
 }
 
 //! Sends this side's endpoint message and receives the peer's, both before

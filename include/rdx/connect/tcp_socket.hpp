@@ -68,10 +68,21 @@ inline int poll_ms(clock::time_point deadline) noexcept {
 using rdx::detail::address_text;
 using rdx::detail::host_port;
 
-inline void set_nonblocking(int fd, bool on) {
+//! What fcntl(O_NONBLOCK) set-up failures are called in messages.
+inline constexpr const char* nonblocking_call = "fcntl(O_NONBLOCK) on a TCP socket";
+
+//! Sets or clears O_NONBLOCK on fd. @return 0, or fcntl's errno.
+inline int change_nonblocking(int fd, bool on) noexcept {
   const int fl = ::fcntl(fd, F_GETFL);
   if (fl < 0 || ::fcntl(fd, F_SETFL, on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK)) < 0) {
-    fail_errno(errno, "fcntl(O_NONBLOCK) on a TCP socket");
+    return errno;
+  }
+  return 0;
+}
+
+inline void set_nonblocking(int fd, bool on) {
+  if (const int err = change_nonblocking(fd, on); err != 0) {
+    fail_errno(err, nonblocking_call);
   }
 }
 
@@ -87,17 +98,25 @@ struct addrinfo_list {
   }
 };
 
-inline void resolve(addrinfo_list& out, const char* host, std::uint16_t port, int flags,
-                    const std::string& what) {
+//! getaddrinfo for a TCP socket into out. @return 0, or getaddrinfo's code.
+inline int try_resolve(addrinfo_list& out, const char* host, std::uint16_t port, int flags) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = flags;
   const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(host, service.c_str(), &hints, &out.head);
-  if (rc != 0) {
-    std::string msg = what + ": cannot resolve address: " + ::gai_strerror(rc);
-    throw error(errc::invalid_argument, msg);
+  return ::getaddrinfo(host, service.c_str(), &hints, &out.head);
+}
+
+//! The error of a failed try_resolve (code rc) for `what`.
+[[noreturn]] inline void fail_resolve(int rc, const std::string& what) {
+  throw error(errc::invalid_argument, what + ": cannot resolve address: " + ::gai_strerror(rc));
+}
+
+inline void resolve(addrinfo_list& out, const char* host, std::uint16_t port, int flags,
+                    const std::string& what) {
+  if (const int rc = try_resolve(out, host, port, flags); rc != 0) {
+    fail_resolve(rc, what);
   }
 }
 
@@ -365,21 +384,51 @@ public:
   //! Waits up to `timeout` for one client.
   //! @throws rdx::error (errc::timed_out: "no client connected within ...")
   [[nodiscard]] socket accept(milliseconds timeout = default_timeout) const {
+    std::error_code ec;
+    const char* failed = nullptr;
+    socket s = wait_for_client(timeout, ec, failed);
+    if (!ec) {
+      return s;
+    }
+    if (ec == errc::timed_out) {
+      detail::fail_timeout("accept on port " + std::to_string(port_) + ": no client connected within " +
+                           detail::seconds_text(timeout) +
+                           " (is the client running and pointed at this host?)");
+    }
+    detail::fail_errno(ec.value(), failed + std::to_string(port_));
+  }
+  //! The same without throwing: ec is cleared when a client came, else set to the code the
+  //! throwing form carries (errc::timed_out, or the errno of poll or accept4) and the socket
+  //! returned is closed. ec holds the code only, not the message's text. Throws nothing but
+  //! std::bad_alloc.
+  [[nodiscard]] socket accept(milliseconds timeout, std::error_code& ec) const {
+    const char* failed = nullptr;
+    return wait_for_client(timeout, ec, failed);
+  }
+  //! The same within default_timeout.
+  [[nodiscard]] socket accept(std::error_code& ec) const { return accept(default_timeout, ec); }
+
+private:
+  // accept's work: a client's socket, or ec set and `failed` naming the call
+  // that failed ("poll on listening port ", "accept on port ") for the message.
+  socket wait_for_client(milliseconds timeout, std::error_code& ec, const char*& failed) const {
+    ec.clear();
     const auto deadline = clock::now() + timeout;
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
       const int ms = detail::poll_ms(deadline);
       if (ms == 0) {
-        detail::fail_timeout("accept on port " + std::to_string(port_) + ": no client connected within " +
-                             detail::seconds_text(timeout) +
-                             " (is the client running and pointed at this host?)");
+        ec = make_error_code(errc::timed_out);
+        return {};
       }
       const int rc = ::poll(&p, 1, ms);
       if (rc < 0 && errno == EINTR) {
         continue;
       }
       if (rc < 0) {
-        detail::fail_errno(errno, "poll on listening port " + std::to_string(port_));
+        ec.assign(errno, std::generic_category());
+        failed = "poll on listening port ";
+        return {};
       }
       if (rc == 0) {
         continue;
@@ -391,7 +440,9 @@ public:
         if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) {
           continue;
         }
-        detail::fail_errno(errno, "accept on port " + std::to_string(port_));
+        ec.assign(errno, std::generic_category());
+        failed = "accept on port ";
+        return {};
       }
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -399,7 +450,6 @@ public:
     }
   }
 
-private:
   int fd_ = -1;
   std::uint16_t port_ = 0;
 };

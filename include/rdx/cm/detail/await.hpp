@@ -27,6 +27,11 @@ namespace rdx::cm::detail {
 inline constexpr int rej_invalid_service_id = 8;
 inline constexpr int rej_consumer = 28;
 
+//! True for the reject that means nothing listens at the port (IB CM reason 8, invalid service ID).
+[[nodiscard]] inline bool is_refusal(const event& e) noexcept {
+  return e.type == RDMA_CM_EVENT_REJECTED && e.status == rej_invalid_service_id;
+}
+
 //! The error an unexpected event stands for, naming the peer and the step.
 [[nodiscard]] inline error event_failure(const event& e, const std::string& peer, std::string_view step) {
   const std::string at = std::string(step) + " with " + peer + ": ";
@@ -42,7 +47,7 @@ inline constexpr int rej_consumer = 28;
                                           " (is the host up and its RDMA device active?)");
     case RDMA_CM_EVENT_CONNECT_ERROR: return error(errc::unreachable, at + "the connection failed" + why);
     case RDMA_CM_EVENT_REJECTED: {
-      if (e.status == rej_invalid_service_id) {
+      if (is_refusal(e)) {
         // As TCP says it, so a client can retry while its server starts.
         return error(std::make_error_code(std::errc::connection_refused),
                      at + "nothing listens on that port (rejected: invalid service ID)");
@@ -95,6 +100,10 @@ public:
     return done();
   }
   [[nodiscard]] bool done() const noexcept { return left_ == 0; }
+  //! True when e is about one of the ids.
+  [[nodiscard]] bool about(const event& e) const noexcept {
+    return std::find(ids_.begin(), ids_.end(), e.id) != ids_.end();
+  }
   //! Ids that had `want`, of size().
   [[nodiscard]] std::size_t arrived() const noexcept { return ids_.size() - left_; }
   [[nodiscard]] std::size_t size() const noexcept { return ids_.size(); }
@@ -112,17 +121,24 @@ private:
 };
 
 //! Waits for `want` on each of ids (in any order); the events, in ids' order.
+//! With `refused`, a refusal (is_refusal: nothing listens) is a value, not thrown: its
+//! event_failure goes to *refused and the result is empty.
 //! @throws the event_failure of any other event about them, or errc::timed_out.
 inline std::vector<event> await_all(event_channel& ch, std::span<rdma_cm_id* const> ids,
                                     rdma_cm_event_type want, clock::time_point deadline,
                                     const std::string& peer, std::string_view step,
-                                    std::chrono::milliseconds budget) {
+                                    std::chrono::milliseconds budget,
+                                    std::optional<error>* refused = nullptr) {
   event_gate gate(ids, want, peer, step);
   while (!gate.done()) {
     std::optional<event> e = ch.next(deadline);
     if (!e) {
       throw error(errc::timed_out, std::string(step) + " with " + peer + ": no " + ::rdma_event_str(want) +
                                        " within " + std::to_string(budget.count()) + " ms");
+    }
+    if (refused != nullptr && is_refusal(*e) && gate.about(*e)) {
+      *refused = event_failure(*e, peer, step);
+      return {};
     }
     (void)gate.take(std::move(*e));
   }
