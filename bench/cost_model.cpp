@@ -705,10 +705,11 @@ void run(const options& o) {
       r.settle();
       collect(m);
       rdx::completion wc[1];
-      const int n = a.scq.poll(std::span<rdx::completion>(wc));
-      const bool got = n == 1 && wc[0].ok();
+      std::size_t n = 0;
+      const bool one = !a.scq.poll(std::span<rdx::completion>(wc), n) && n == 1;
+      const bool got = one && wc[0].ok();
       collect(m);
-      if (n == 1 && !wc[0].ok()) fail(std::string("rdx completion: ") + ::ibv_wc_status_str(wc[0].status()));
+      if (one && !got) fail(std::string("rdx completion: ") + ::ibv_wc_status_str(wc[0].status()));
       if (!got) drain(a.scq.native_handle());
       return got;
     });

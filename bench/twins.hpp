@@ -108,7 +108,12 @@ struct rdx_api {
     return qp.post_recv(rdx::wr::recv(sge)).value();
   }
   static int poll(rdx::completion_queue& cq, rdx::completion* out, int n) noexcept {
-    return cq.poll(std::span<rdx::completion>(out, static_cast<std::size_t>(n)));
+    std::size_t got = 0;
+    if (const std::error_code ec =
+            cq.poll(std::span<rdx::completion>(out, static_cast<std::size_t>(n)), got)) {
+      return -ec.value();
+    }
+    return static_cast<int>(got);
   }
 };
 

@@ -2,6 +2,7 @@
 #include "resources.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -28,12 +29,11 @@ std::error_code next_completion(rdx::completion_queue& cq, rdx::completion& c, b
   if (!events) return rdx::poll_one(cq, c, timeout);
   const auto deadline = steady::now() + timeout;
   for (;;) {
-    int n = cq.poll(std::span<rdx::completion>(&c, 1));
-    if (n < 0) return {-n, std::generic_category()};
+    std::size_t n = 0;
+    if (std::error_code ec = cq.poll(std::span<rdx::completion>(&c, 1), n)) return ec;
     if (n == 1) return {};
     if (std::error_code ec = cq.arm()) return ec;
-    n = cq.poll(std::span<rdx::completion>(&c, 1));
-    if (n < 0) return {-n, std::generic_category()};
+    if (std::error_code ec = cq.poll(std::span<rdx::completion>(&c, 1), n)) return ec;
     if (n == 1) return {};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
     if (left.count() <= 0) return rdx::make_error_code(rdx::errc::timed_out);

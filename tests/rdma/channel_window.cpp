@@ -501,9 +501,10 @@ struct raw_pair {
   // owner (an int) goes to retired, in the order retired.
   void retire(rdx::send_queue& sq, std::vector<int>& retired) {
     std::array<rdx::completion, 16> wc{};
-    const int got = cq_a.poll(std::span<rdx::completion>(wc));
-    REQUIRE(got >= 0);
-    for (int k = 0; k < got; ++k) {
+    std::size_t got = wc.size() + 1;
+    REQUIRE(!cq_a.poll(std::span<rdx::completion>(wc), got));
+    REQUIRE(got <= wc.size());
+    for (std::size_t k = 0; k < got; ++k) {
       sq.retire(wc[k], false, [&](const rdx::sq_record& r, std::error_code ec) {
         CHECK_FALSE(ec);
         if (r.owner != nullptr) retired.push_back(*static_cast<int*>(r.owner));

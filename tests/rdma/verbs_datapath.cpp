@@ -24,6 +24,13 @@ struct op {
 void fill(std::span<char> s, char seed) {
   for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(seed + static_cast<char>(i % 61));
 }
+// Polls cq once into out: the poll must succeed; returns how many it filled.
+std::size_t poll_now(rdx::completion_queue& cq, std::span<rdx::completion> out) {
+  std::size_t n = out.size() + 1;
+  const std::error_code ec = cq.poll(out, n);
+  REQUIRE(!ec);
+  return n;
+}
 }  // namespace
 
 TEST_CASE("send and receive, data checked, wr_id carries the operation's address") {
@@ -62,16 +69,14 @@ TEST_CASE("receives linked by the caller post with one call, in order; a refused
   for (std::uint32_t i = 0; i < n; ++i) w.push_back(rdx::wr::recv(dst.sge(std::size_t{64} * i, 64)).id(i));
   for (std::uint32_t i = 0; i + 1 < n; ++i) w[i].native().next = &w[i + 1].native();
   w[n - 1].native().next = nullptr;
-  ibv_recv_wr* bad = nullptr;
-  const std::error_code ec = lb.b.post_recv_linked(w[0], bad);
+  std::size_t posted = n + 1;
+  const std::error_code ec = lb.b.post_recv_linked(w[0], n, posted);
   CHECK(ec == std::errc::not_enough_memory);  // the receive queue is full: ENOMEM
-  REQUIRE(bad != nullptr);                    // the first one that did not fit, named
-  const auto it = std::find_if(w.begin(), w.end(), [&](rdx::recv_wr& x) { return &x.native() == bad; });
-  REQUIRE(it != w.end());
-  const auto k = static_cast<std::uint32_t>(it - w.begin());
+  // posted counts the ones before the first that did not fit.
+  const auto k = static_cast<std::uint32_t>(posted);
   INFO("the provider took " << k << " of " << n);
   REQUIRE(k >= lb.b.caps().max_recv_wr);
-  REQUIRE(k < n);
+  REQUIRE(k + 1 < n);
   // The ones before it were posted, in order: each message lands in the next.
   for (std::uint32_t i = 0; i < k; ++i) {
     std::memset(src.data(), 'A' + static_cast<int>(i % 26), 64);
@@ -83,14 +88,17 @@ TEST_CASE("receives linked by the caller post with one call, in order; a refused
     CHECK(r.byte_len() == 16 + i % 32);
     CHECK(dst[std::size_t{64} * i] == static_cast<char>('A' + i % 26));
   }
-  // Room again: the refused one posts alone, and a queue pair in RESET
-  // refuses the first of a chain without calling the provider.
-  w[k].native().next = nullptr;
-  REQUIRE(!lb.b.post_recv_linked(w[k], bad));
-  CHECK(bad == nullptr);
+  // Room again: the refused one and the next post as a chain of two
+  // (success: posted is the count given), and a queue pair in RESET refuses
+  // the first of a chain without calling the provider (posted 0).
+  w[k + 1].native().next = nullptr;
+  posted = 0;
+  REQUIRE(!lb.b.post_recv_linked(w[k], 2, posted));
+  CHECK(posted == 2);
   rdx::queue_pair fresh(lb.pd, lb.cq_b, lb.cq_b, qa);
-  CHECK(fresh.post_recv_linked(w[0], bad) == rdx::errc::not_ready);
-  CHECK(bad == &w[0].native());
+  posted = 1;
+  CHECK(fresh.post_recv_linked(w[0], n, posted) == rdx::errc::not_ready);
+  CHECK(posted == 0);
 }
 
 TEST_CASE("send with immediate delivers the value in host order") {
@@ -214,7 +222,9 @@ TEST_CASE("a batch of writes goes out in one post, completions poll into a span"
     ops[i].id = static_cast<int>(i);
     REQUIRE(batch.push(rdx::wr::write(src.sge(i * 256, 256), rdx::at(win.remote(), i * 1024), &ops[i])));
   }
-  REQUIRE(!rdx::post(lb.a, batch));
+  std::size_t posted = 0;
+  REQUIRE(!rdx::post(lb.a, batch, posted));
+  CHECK(posted == n);
   CHECK(batch.empty());
   std::array<rdx::completion, 32> out{};
   std::size_t filled = 0;
@@ -274,7 +284,7 @@ TEST_CASE("a moved-from queue pair refuses to post; the one it moved to posts") 
   CHECK(lb.a.post_recv(rdx::wr::recv(src.sge(0, 100))) == rdx::errc::not_ready);
   // Nothing reached the queue pair through the moved-from one.
   std::array<rdx::completion, 4> wc{};
-  CHECK(lb.cq_a.poll(std::span<rdx::completion>(wc)) == 0);
+  CHECK(poll_now(lb.cq_a, wc) == 0);
   CHECK(std::all_of(win.data(), win.data() + 100, [](char c) { return c == 0; }));
   REQUIRE_FALSE(moved.post_send(f));
   auto c = wait_one(lb.cq_a);
@@ -288,7 +298,7 @@ TEST_CASE("a moved-from queue pair refuses to post; the one it moved to posts") 
   CHECK(moved.state() == rdx::qp_state::reset);
   CHECK(moved.post_send(f) == rdx::errc::not_ready);
   CHECK(moved.post_send(rdx::wr::write(src.sge(0, 100), rdx::at(remote))) == rdx::errc::not_ready);
-  CHECK(lb.cq_a.poll(std::span<rdx::completion>(wc)) == 0);
+  CHECK(poll_now(lb.cq_a, wc) == 0);
   CHECK(::ibv_destroy_qp(raw) == 0);
 }
 
@@ -391,11 +401,11 @@ TEST_CASE("a refused batch: by ibv_post_send the requests before the bad one go,
       rdx::wr::write(src.sge(2048, 16), rdx::at(win.remote(), 2048), &ops[2]),
   };
   batch[1].native().send_flags |= IBV_SEND_INLINE;
-  std::size_t bad = 99;
-  const std::error_code ec = lb.a.post_send(std::span<rdx::send_wr>(batch), &bad);
+  std::size_t posted = 99;
+  const std::error_code ec = lb.a.post_send(std::span<rdx::send_wr>(batch), posted);
   INFO(ec.message());
   REQUIRE(ec);
-  CHECK(bad == (extended ? 0u : 1u));
+  CHECK(posted == (extended ? 0u : 1u));  // extended: all or none; else those before the refused
   // What went reached the peer; nothing else did, and the queue pair still works.
   REQUIRE(!lb.a.post_send(rdx::wr::write(src.sge(3072, 16), rdx::at(win.remote(), 3072))));
   if (!extended) {
@@ -407,6 +417,67 @@ TEST_CASE("a refused batch: by ibv_post_send the requests before the bad one go,
   CHECK((std::memcmp(win.data(), src.data(), 16) == 0) == !extended);
   CHECK(std::all_of(win.data() + 1024, win.data() + 3072, [](char c) { return c == 0; }));
   CHECK(std::memcmp(win.data() + 3072, src.data() + 3072, 16) == 0);
+}
+
+TEST_CASE("a receive batch larger than the queue: posted counts those that went, in order") {
+  rdx::queue_pair_attr qa;
+  qa.max_recv_wr = 4;
+  loopback lb(qa);
+  constexpr std::size_t n = 64;
+  rdx::registered_buffer<char> src(lb.pd, 64), dst(lb.pd, 64 * n);
+  std::vector<rdx::recv_wr> w;
+  w.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) w.push_back(rdx::wr::recv(dst.sge(64 * i, 64)).id(i));
+  std::size_t posted = n + 1;
+  const std::error_code ec = lb.b.post_recv(std::span<rdx::recv_wr>(w), posted);
+  CHECK(ec == std::errc::not_enough_memory);
+  INFO("the provider took " << posted << " of " << n);
+  REQUIRE(posted >= lb.b.caps().max_recv_wr);
+  REQUIRE(posted < n);
+  // Exactly those: as many sends land, in order, and the next one finds no receive.
+  for (std::size_t i = 0; i < posted; ++i) {
+    REQUIRE(!lb.a.post_send(rdx::wr::send(src.sge(0, 8))));
+    REQUIRE(wait_one(lb.cq_a).ok());
+    auto r = wait_one(lb.cq_b);
+    REQUIRE(r.ok());
+    CHECK(r.wr_id() == i);
+  }
+  std::array<rdx::completion, 4> out{};
+  CHECK(poll_now(lb.cq_b, out) == 0);
+  // A queue pair in RESET refuses the batch whole.
+  rdx::queue_pair fresh(lb.pd, lb.cq_b, lb.cq_b, qa);
+  posted = 1;
+  CHECK(fresh.post_recv(std::span<rdx::recv_wr>(w).first(2), posted) == rdx::errc::not_ready);
+  CHECK(posted == 0);
+}
+
+TEST_CASE("drain hands every polled completion to f and counts them") {
+  loopback lb;
+  rdx::registered_buffer<char> src(lb.pd, 256);
+  rdx::registered_buffer<char> win(lb.pd, 256, rdx::access::remote_write);
+  fill(src.span(), 'd');
+  rdx::send_batch<3> batch;
+  for (std::size_t i = 0; i < 3; ++i) {
+    REQUIRE(batch.push(rdx::wr::write(src.sge(i * 64, 64), rdx::at(win.remote(), i * 64)).id(i + 1)));
+  }
+  REQUIRE(!rdx::post(lb.a, batch));
+  std::array<rdx::completion, 2> scratch{};  // smaller than what comes: drained in more than one call
+  std::vector<std::uint64_t> ids;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ids.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::size_t handled = 99;
+    const std::size_t before = ids.size();
+    REQUIRE(!rdx::drain(
+        lb.cq_a, scratch, [&](const rdx::completion& c) { ids.push_back(c.wr_id()); }, handled));
+    CHECK(handled <= scratch.size());
+    CHECK(ids.size() == before + handled);
+  }
+  CHECK(ids == std::vector<std::uint64_t>{1, 2, 3});
+  std::size_t handled = 99;
+  REQUIRE(!rdx::drain(
+      lb.cq_a, scratch, [&](const rdx::completion&) { ids.push_back(0); }, handled));
+  CHECK(handled == 0);
+  CHECK(ids.size() == 3);
 }
 
 TEST_CASE("selective signaling: only the signaled request completes") {
@@ -425,7 +496,7 @@ TEST_CASE("selective signaling: only the signaled request completes") {
   CHECK(c.ok());
   CHECK(c.wr_id() == 4);
   std::array<rdx::completion, 4> out{};
-  CHECK(lb.cq_a.poll(out) == 0);
+  CHECK(poll_now(lb.cq_a, out) == 0);
   CHECK(std::memcmp(src.data(), win.data(), 256) == 0);
 }
 
@@ -496,7 +567,9 @@ TEST_CASE("moving a QP to error flushes posted receives, each completing once") 
   std::array<op, 4> ops{};
   rdx::recv_batch<4> batch;
   for (std::size_t i = 0; i < 4; ++i) REQUIRE(batch.push(rdx::wr::recv(dst.sge(i * 64, 64), &ops[i])));
-  REQUIRE(!rdx::post(lb.b, batch));
+  std::size_t posted = 0;
+  REQUIRE(!rdx::post(lb.b, batch, posted));
+  CHECK(posted == 4);
   lb.b.to_error();
   std::array<rdx::completion, 8> out{};
   std::size_t filled = 0;
@@ -506,7 +579,7 @@ TEST_CASE("moving a QP to error flushes posted receives, each completing once") 
     CHECK(out[i].status() == IBV_WC_WR_FLUSH_ERR);
     CHECK(out[i].context<op>() == &ops[i]);
   }
-  CHECK(lb.cq_b.poll(out) == 0);
+  CHECK(poll_now(lb.cq_b, out) == 0);
 }
 
 TEST_CASE("event mode: an armed CQ wakes its channel") {
@@ -526,7 +599,7 @@ TEST_CASE("event mode: an armed CQ wakes its channel") {
   INFO(ec.message());
   REQUIRE(!ec);
   std::array<rdx::completion, 4> out{};
-  CHECK(ecq.poll(out) == 1);
+  CHECK(poll_now(ecq, out) == 1);
   CHECK(out[0].ok());
   // Re-armed with nothing pending: a short wait times out.
   REQUIRE(!ecq.arm());
@@ -535,13 +608,17 @@ TEST_CASE("event mode: an armed CQ wakes its channel") {
   // The channel's descriptor works for an application's own loop too.
   REQUIRE(!b.post_recv(rdx::wr::recv(dst.sge())));
   REQUIRE(!a.post_send(rdx::wr::send(src.sge())));
-  std::error_code gec;
-  ibv_cq* fired = ch.get_event(std::chrono::seconds(20), gec);
+  ibv_cq* fired = nullptr;
+  const std::error_code gec = ch.get_event(std::chrono::seconds(20), fired);
   INFO(gec.message());
+  REQUIRE(!gec);
   CHECK(fired == ecq.native_handle());
-  CHECK(ecq.poll(out) == 1);
+  CHECK(poll_now(ecq, out) == 1);
   CHECK(out[0].ok());
-  CHECK(pcq.poll(out) >= 0);
+  CHECK(poll_now(pcq, out) <= 2);  // the two sends' own completions
+  // Not armed again: nothing wakes the channel, and the CQ comes back as nullptr.
+  CHECK(ch.get_event(std::chrono::milliseconds(50), fired) == rdx::errc::timed_out);
+  CHECK(fired == nullptr);
 }
 
 TEST_CASE("UD send and receive through an address handle") {
@@ -704,7 +781,8 @@ TEST_CASE("the data path allocates nothing: post, batch, poll, completion errors
           rdx::wr::write(src.sge(i * 512, 512), rdx::at(win.remote(), i * 512), &ops[i]).unsignaled());
     }
     (void)batch.push(rdx::wr::read(dst.sge(0, 1536), rdx::at(win.remote()), &ops[3]));
-    if (rdx::post(lb.a, batch)) failed = true;
+    std::size_t posted = 0;
+    if (rdx::post(lb.a, batch, posted) || posted != 4) failed = true;
     if (lb.b.post_recv(rdx::wr::recv(dst.sge(2048, 64), &ops[0]))) failed = true;
     if (lb.a.post_send(rdx::wr::send(src.sge(0, 32), &ops[1]))) failed = true;
     std::size_t got = 0;

@@ -308,7 +308,13 @@ TEST_CASE("completion queues: depth checked against the device") {
     rdx::completion_queue cq(ctx, 100);
     CHECK(cq.depth() >= 100);
     std::array<rdx::completion, 4> out{};
-    CHECK(cq.poll(out) == 0);
+    std::size_t n = 9;
+    CHECK(!cq.poll(out, n));
+    CHECK(n == 0);
+    std::array<ibv_wc, 4> raw{};
+    n = 9;
+    CHECK(!cq.poll(std::span<ibv_wc>(raw), n));
+    CHECK(n == 0);
     CHECK(cq.arm() == rdx::errc::not_ready);  // no channel
     CHECK(cq.wait_event(std::chrono::milliseconds(1)) == rdx::errc::not_ready);
 
@@ -441,8 +447,14 @@ TEST_CASE("posting on a queue pair that is not ready is refused without reaching
   auto ec = a.post_send(rdx::wr::send(buf.sge()));
   CHECK(ec == rdx::errc::not_ready);
   CHECK_THAT(ec.message(), Catch::Contains("not ready"));
+  std::array<rdx::send_wr, 2> two{rdx::wr::send(buf.sge()), rdx::wr::send(buf.sge())};
+  std::size_t posted = 5;
+  CHECK(a.post_send(std::span<rdx::send_wr>(two), posted) == rdx::errc::not_ready);
+  CHECK(posted == 0);
   std::array<rdx::completion, 4> out{};
-  CHECK(cq.poll(out) == 0);  // nothing reached the device
+  std::size_t n = 9;
+  CHECK(!cq.poll(out, n));
+  CHECK(n == 0);  // nothing reached the device
 }
 
 TEST_CASE("UD queue pairs activate without a peer and connect() is refused") {

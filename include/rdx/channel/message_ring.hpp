@@ -136,14 +136,9 @@ public:
     }
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
-    ibv_recv_wr* bad = nullptr;
-    const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), bad);
-    if (ec) {
-      const std::uint32_t k = receives_before(chain_.get(), repost_.get(), n, bad);
-      posted_now = k < n ? k : 0;  // a refusal that names no request of the chain: none counted
-    } else {
-      posted_now = n;
-    }
+    std::size_t posted = 0;
+    const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), n, posted);
+    posted_now = static_cast<std::uint32_t>(posted);
     reposted_ += posted_now;
     for (std::uint32_t k = 0; k < posted_now; ++k) {
       rx_[repost_[k]].posted = true;

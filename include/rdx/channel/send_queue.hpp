@@ -190,14 +190,14 @@ public:
       return {};
     }
     const std::uint32_t n = std::exchange(chained_, 0);
-    std::size_t bad = n;
+    std::size_t posted = 0;
     ++doorbells_;
-    const std::error_code ec = qp_.post_send(std::span<send_wr>(chain_.get(), n), &bad);
+    const std::error_code ec = qp_.post_send(std::span<send_wr>(chain_.get(), n), posted);
     if (!ec) {
       return {};
     }
     const std::uint64_t end = tail_;
-    const std::uint64_t first = tail_ - (n - bad);
+    const std::uint64_t first = tail_ - (n - posted);
     for (std::uint64_t s = first; s != end; ++s) {
       if (ring_[slot(s)].signaled) {
         --signaled_;

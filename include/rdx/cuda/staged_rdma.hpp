@@ -259,11 +259,11 @@ private:
       return true;
     }
     completion c[4];
-    const int got = send_cq_.poll(std::span<completion>(c));
-    if (got < 0) {
-      fail("write of chunk", w.chunk, "ibv_poll_cq failed");
+    std::size_t got = 0;
+    if (const std::error_code ec = send_cq_.poll(std::span<completion>(c), got)) {
+      fail("write of chunk", w.chunk, "ibv_poll_cq failed: " + ec.message());
     }
-    for (int k = 0; k < got; ++k) {
+    for (std::size_t k = 0; k < got; ++k) {
       retire(c[k]);
     }
     if (error_) {

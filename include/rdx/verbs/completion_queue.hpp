@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -52,31 +53,31 @@ public:
   }
 
   //! Waits up to timeout for the fd to become readable, then takes one event
-  //! and acknowledges it. Returns the CQ that fired, or nullptr with ec set
-  //! (errc::timed_out on timeout).
-  ibv_cq* get_event(std::chrono::milliseconds timeout, std::error_code& ec) noexcept {
-    ec.clear();
+  //! and acknowledges it.
+  //! @param cq set to the CQ that fired, or nullptr on failure.
+  //! @return empty on an event; errc::timed_out on timeout; or the errno of poll or
+  //! ibv_get_cq_event.
+  [[nodiscard]] std::error_code get_event(std::chrono::milliseconds timeout, ibv_cq*& cq) noexcept {
+    cq = nullptr;
     pollfd p{h_->fd, POLLIN, 0};
     int r = 0;
     do {
       r = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
     } while (r < 0 && errno == EINTR);
     if (r < 0) {
-      ec = std::error_code(errno, std::generic_category());
-      return nullptr;
+      return {errno, std::generic_category()};
     }
     if (r == 0) {
-      ec = make_error_code(errc::timed_out);
-      return nullptr;
+      return make_error_code(errc::timed_out);
     }
-    ibv_cq* cq = nullptr;
+    ibv_cq* fired = nullptr;
     void* cq_ctx = nullptr;
-    if (::ibv_get_cq_event(h_.get(), &cq, &cq_ctx) != 0) {
-      ec = std::error_code(errno ? errno : EAGAIN, std::generic_category());
-      return nullptr;
+    if (::ibv_get_cq_event(h_.get(), &fired, &cq_ctx) != 0) {
+      return {errno ? errno : EAGAIN, std::generic_category()};
     }
-    ::ibv_ack_cq_events(cq, 1);
-    return cq;
+    ::ibv_ack_cq_events(fired, 1);
+    cq = fired;
+    return detail::no_error();
   }
 
 private:
@@ -176,14 +177,16 @@ public:
   [[nodiscard]] int depth() const noexcept { return h_->cqe; }
 
   //! Polls up to out.size() completions into out (no allocation, no lock in rdx).
-  //! @return the number filled (out.first(n)), or a negative errno when polling failed.
-  [[nodiscard]] int poll(std::span<completion> out) noexcept {
+  //! @param n set to the number filled (out.first(n)); 0 on failure.
+  //! @return empty, or the errno of ibv_poll_cq when polling failed.
+  [[nodiscard, gnu::always_inline]] std::error_code poll(std::span<completion> out, std::size_t& n) noexcept {
     static_assert(sizeof(completion) == sizeof(ibv_wc));
-    return ::ibv_poll_cq(h_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data()));
+    return polled(
+        ::ibv_poll_cq(h_.get(), static_cast<int>(out.size()), reinterpret_cast<ibv_wc*>(out.data())), n);
   }
-  //! Polls raw work completions.
-  [[nodiscard]] int poll(std::span<ibv_wc> out) noexcept {
-    return ::ibv_poll_cq(h_.get(), static_cast<int>(out.size()), out.data());
+  //! Polls raw work completions. @param n as poll(std::span<completion>, std::size_t&).
+  [[nodiscard, gnu::always_inline]] std::error_code poll(std::span<ibv_wc> out, std::size_t& n) noexcept {
+    return polled(::ibv_poll_cq(h_.get(), static_cast<int>(out.size()), out.data()), n);
   }
 
   //! Arms the CQ: the channel gets an event at the next (solicited) completion.
@@ -235,6 +238,15 @@ public:
 
 private:
   completion_queue() = default;
+  // ibv_poll_cq's result rc as poll's: the count in n and an empty code, or n = 0 and -rc.
+  [[gnu::always_inline]] static std::error_code polled(int rc, std::size_t& n) noexcept {
+    if (rc >= 0) [[likely]] {
+      n = static_cast<std::size_t>(rc);
+      return detail::no_error();
+    }
+    n = 0;
+    return {-rc, std::generic_category()};
+  }
   std::shared_ptr<ibv_cq> h_;
   ibv_comp_channel* channel_ = nullptr;
 };

@@ -26,13 +26,13 @@ namespace rdx {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   unsigned spins = 0;
   for (;;) {
-    int n = cq.poll(out.subspan(filled));
-    if (n < 0) {
-      return {-n, std::generic_category()};
+    std::size_t n = 0;
+    if (std::error_code ec = cq.poll(out.subspan(filled), n)) {
+      return ec;
     }
-    filled += static_cast<std::size_t>(n);
+    filled += n;
     if (filled >= min_count) {
-      return {};
+      return detail::no_error();
     }
     // Reading the clock every poll would dominate a fast loop.
     if (++spins % 64 == 0 && std::chrono::steady_clock::now() >= deadline) {
@@ -49,15 +49,17 @@ namespace rdx {
 }
 
 //! Polls without waiting and hands each completion to f (f must not throw on
-//! the data path). @return the number handled, or a negative errno.
+//! the data path).
+//! @param handled set to the number handed to f (0 when polling failed).
+//! @return empty, or the errno of ibv_poll_cq.
 template <class F>
-inline int drain(completion_queue& cq, std::span<completion> scratch,
-                 F&& f) noexcept(noexcept(f(scratch[0]))) {
-  int n = cq.poll(scratch);
-  for (int i = 0; i < n; ++i) {
-    f(scratch[static_cast<std::size_t>(i)]);
+[[nodiscard]] inline std::error_code drain(completion_queue& cq, std::span<completion> scratch, F&& f,
+                                           std::size_t& handled) noexcept(noexcept(f(scratch[0]))) {
+  std::error_code ec = cq.poll(scratch, handled);
+  for (std::size_t i = 0; i < handled; ++i) {
+    f(scratch[i]);
   }
-  return n;
+  return ec;
 }
 
 }  // namespace rdx

@@ -75,11 +75,26 @@ template <std::size_t N>
 using recv_batch = basic_batch<recv_wr, N>;
 
 //! Posts a send batch with one call; on success the batch is cleared.
-//! @param bad_index when given and posting fails: index of the first request not posted.
+//! @param posted as queue_pair::post_send(std::span<send_wr>, std::size_t&).
 template <std::size_t N>
-[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch,
-                                   std::size_t* bad_index = nullptr) noexcept {
-  std::error_code ec = qp.post_send(batch.requests(), bad_index);
+[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch, std::size_t& posted) noexcept {
+  std::error_code ec = qp.post_send(batch.requests(), posted);
+  if (!ec) {
+    batch.clear();
+  }
+  return ec;
+}
+//! Posts a send batch with one call; on success the batch is cleared.
+template <std::size_t N>
+[[nodiscard]] std::error_code post(queue_pair& qp, send_batch<N>& batch) noexcept {
+  std::size_t posted = 0;
+  return post(qp, batch, posted);
+}
+//! Posts a receive batch with one call; on success the batch is cleared.
+//! @param posted as queue_pair::post_recv(std::span<recv_wr>, std::size_t&).
+template <std::size_t N>
+[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch, std::size_t& posted) noexcept {
+  std::error_code ec = qp.post_recv(batch.requests(), posted);
   if (!ec) {
     batch.clear();
   }
@@ -87,13 +102,9 @@ template <std::size_t N>
 }
 //! Posts a receive batch with one call; on success the batch is cleared.
 template <std::size_t N>
-[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch,
-                                   std::size_t* bad_index = nullptr) noexcept {
-  std::error_code ec = qp.post_recv(batch.requests(), bad_index);
-  if (!ec) {
-    batch.clear();
-  }
-  return ec;
+[[nodiscard]] std::error_code post(queue_pair& qp, recv_batch<N>& batch) noexcept {
+  std::size_t posted = 0;
+  return post(qp, batch, posted);
 }
 
 }  // namespace rdx

@@ -243,19 +243,18 @@ public:
     return post_plain(f);
   }
 
-  //! Posts a batch with one call (one doorbell). On failure *bad_index, when
-  //! given, is the index of the first request not posted; those before it were.
-  //! By the extended post API a refused batch is refused whole (*bad_index 0).
-  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch,
-                                          std::size_t* bad_index = nullptr) noexcept {
-    if (bad_index != nullptr) {
-      *bad_index = 0;
-    }
+  //! Posts a batch with one call (one doorbell).
+  //! @param posted set to how many requests were posted: all on success; on
+  //! failure those before the first refused (by the extended post API a
+  //! refused batch is refused whole: 0).
+  //! @return as post_send(send_wr&).
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch, std::size_t& posted) noexcept {
+    posted = 0;
     if (state_ != qp_state::rts) {
       [[unlikely]] return make_error_code(errc::not_ready);
     }
     if (batch.empty()) {
-      return {};
+      return detail::no_error();
     }
     bool extended = qpx_ != nullptr;
     for (send_wr& w : batch) {
@@ -267,17 +266,22 @@ public:
       for (const send_wr& w : batch) {
         detail::put_extended(qpx_, w);
       }
-      return detail::post_status(::ibv_wr_complete(qpx_));  // all or none: *bad_index stays 0
+      std::error_code ec = detail::post_status(::ibv_wr_complete(qpx_));
+      posted = ec ? 0 : batch.size();  // all or none
+      return ec;
     }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
     ibv_send_wr* bad = nullptr;
     std::error_code ec = detail::post_status(::ibv_post_send(h_.get(), &batch[0].native(), &bad));
-    if (ec && bad_index != nullptr) {
-      *bad_index = index_of(batch, bad);
-    }
+    posted = ec ? index_of(batch, bad) : batch.size();
     return ec;
+  }
+  //! Posts a batch with one call, when how many were posted does not matter.
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch) noexcept {
+    std::size_t posted = 0;
+    return post_send(batch, posted);
   }
 
   //! Posts one receive. @return empty, errc::not_ready in RESET,
@@ -293,42 +297,53 @@ public:
   }
   //! Posts one receive built in the call (wr::recv(...)).
   [[nodiscard]] std::error_code post_recv(recv_wr&& w) noexcept { return post_recv(w); }
-  //! Posts receives the caller already linked through their native().next
-  //! (the last one's is nullptr), with one call: for requests built once and
-  //! posted many times. @param bad set to the first one refused (nullptr on success).
-  [[nodiscard]] std::error_code post_recv_linked(recv_wr& first, ibv_recv_wr*& bad) noexcept {
-    bad = nullptr;
+  //! Posts count receives the caller already linked through their
+  //! native().next, from first (the last one's is nullptr), with one call:
+  //! for requests built once and posted many times.
+  //! @param posted set to how many were posted: count on success (the chain is
+  //! not walked); on failure those before the refused one, counted as count
+  //! less the refused one and those after it (0 when the refusal names no
+  //! request, or more than count remain from it).
+  //! @return as post_recv(recv_wr&).
+  [[nodiscard, gnu::always_inline]] std::error_code post_recv_linked(recv_wr& first, std::size_t count,
+                                                                     std::size_t& posted) noexcept {
     if (state_ == qp_state::reset || has_srq_) {
-      [[unlikely]] bad = &first.native();
+      [[unlikely]] posted = 0;
       return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     }
-    return detail::post_status(::ibv_post_recv(h_.get(), &first.native(), &bad));
+    ibv_recv_wr* bad = nullptr;
+    const int rc = ::ibv_post_recv(h_.get(), &first.native(), &bad);
+    if (rc == 0) [[likely]] {
+      posted = count;
+      return detail::no_error();
+    }
+    posted = linked_before(count, bad);
+    return detail::post_status(rc);
   }
   //! Posts a batch of receives with one call.
-  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch,
-                                          std::size_t* bad_index = nullptr) noexcept {
-    if (bad_index != nullptr) {
-      *bad_index = 0;
-    }
+  //! @param posted set to how many were posted: all on success, on failure
+  //! those before the first refused.
+  //! @return as post_recv(recv_wr&).
+  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch, std::size_t& posted) noexcept {
+    posted = 0;
     if (state_ == qp_state::reset || has_srq_) {
       [[unlikely]] return make_error_code(has_srq_ ? errc::invalid_argument : errc::not_ready);
     }
     if (batch.empty()) {
-      return {};
+      return detail::no_error();
     }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       batch[i].native().next = i + 1 < batch.size() ? &batch[i + 1].native() : nullptr;
     }
     ibv_recv_wr* bad = nullptr;
     std::error_code ec = detail::post_status(::ibv_post_recv(h_.get(), &batch[0].native(), &bad));
-    if (ec && bad_index != nullptr) {
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        if (&batch[i].native() == bad) {
-          *bad_index = i;
-        }
-      }
-    }
+    posted = ec ? index_of(batch, bad) : batch.size();
     return ec;
+  }
+  //! Posts a batch of receives with one call, when how many were posted does not matter.
+  [[nodiscard]] std::error_code post_recv(std::span<recv_wr> batch) noexcept {
+    std::size_t posted = 0;
+    return post_recv(batch, posted);
   }
 
   //! "QP 0x12" for messages.
@@ -367,13 +382,26 @@ private:
       w.native().send_flags |= IBV_SEND_INLINE;
     }
   }
-  static std::size_t index_of(std::span<send_wr> batch, const ibv_send_wr* bad) noexcept {
+  // The index of bad, the request the provider refused, in batch (0 when it is none of them).
+  template <class Wr, class Native>
+  static std::size_t index_of(std::span<Wr> batch, const Native* bad) noexcept {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (&batch[i].native() == bad) {
         return i;
       }
     }
     return 0;
+  }
+  // Of a chain of count receives, those before bad, the one the provider
+  // refused: count less bad and those linked after it. Counted from bad, so
+  // the chain's head need not survive the post; 0 when bad is nullptr or
+  // more than count receives follow from it (it is none of the chain's).
+  [[gnu::cold]] static std::size_t linked_before(std::size_t count, const ibv_recv_wr* bad) noexcept {
+    std::size_t from_bad = 0;
+    for (const ibv_recv_wr* w = bad; w != nullptr && from_bad <= count; w = w->next) {
+      ++from_bad;
+    }
+    return from_bad != 0 && from_bad <= count ? count - from_bad : 0;
   }
   // A change of state alone (ERR, RESET; the current state, to change access).
   [[nodiscard]] static detail::qp_change state_change(ibv_qp_state s) noexcept {

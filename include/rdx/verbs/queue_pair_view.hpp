@@ -30,16 +30,20 @@ public:
   [[nodiscard, gnu::always_inline]] std::error_code post_send(flat_wr& f) const noexcept {
     return qp_->post_send(f);
   }
-  //! As queue_pair::post_send(std::span<send_wr>, std::size_t*).
-  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch,
-                                          std::size_t* bad_index = nullptr) const noexcept {
-    return qp_->post_send(batch, bad_index);
+  //! As queue_pair::post_send(std::span<send_wr>, std::size_t&).
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch, std::size_t& posted) const noexcept {
+    return qp_->post_send(batch, posted);
+  }
+  //! As queue_pair::post_send(std::span<send_wr>).
+  [[nodiscard]] std::error_code post_send(std::span<send_wr> batch) const noexcept {
+    return qp_->post_send(batch);
   }
   //! As queue_pair::post_recv(recv_wr&).
   [[nodiscard]] std::error_code post_recv(recv_wr& w) const noexcept { return qp_->post_recv(w); }
   //! As queue_pair::post_recv_linked.
-  [[nodiscard]] std::error_code post_recv_linked(recv_wr& first, ibv_recv_wr*& bad) const noexcept {
-    return qp_->post_recv_linked(first, bad);
+  [[nodiscard, gnu::always_inline]] std::error_code post_recv_linked(recv_wr& first, std::size_t count,
+                                                                     std::size_t& posted) const noexcept {
+    return qp_->post_recv_linked(first, count, posted);
   }
 
   //! The queue pair's number.

@@ -36,13 +36,13 @@ int engine::poll_once() noexcept {
 // model measures.
 inline int engine::poll_inline() noexcept {
   if (cq_head_ == cq_count_) {
-    const int n = cq_.poll(std::span<completion>(cq_buf_));
-    if (n < 0) {
-      fail({-n, std::generic_category()});
+    std::size_t n = 0;
+    if (const std::error_code ec = cq_.poll(std::span<completion>(cq_buf_), n)) {
+      fail(ec);
       return 0;
     }
     cq_head_ = 0;
-    cq_count_ = n;
+    cq_count_ = static_cast<int>(n);
   }
   // Each completion is taken off the buffer before it is handled, so a
   // nested poll (a coroutine resumed here polls again) keeps the order.

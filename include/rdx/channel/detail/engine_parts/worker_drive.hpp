@@ -27,16 +27,16 @@ namespace rdx::detail {
 // poll (a connection's teardown or staging wait) keeps the order.
 inline int worker_core::poll() noexcept {
   if (buf_head_ == buf_count_) {
-    const int n = cq_.poll(std::span<completion>(buf_));
-    if (n < 0) [[unlikely]] {
+    std::size_t n = 0;
+    if (const std::error_code ec = cq_.poll(std::span<completion>(buf_), n)) [[unlikely]] {
       // The shared queue failed: every connection on it fails.
       for (engine* e = head_[wl_all]; e != nullptr; e = e->wk_next_[wl_all]) {
-        e->fail({-n, std::generic_category()});
+        e->fail(ec);
       }
       return 0;
     }
     buf_head_ = 0;
-    buf_count_ = n;
+    buf_count_ = static_cast<int>(n);
   }
   int handled = 0;
   ++polling_;
