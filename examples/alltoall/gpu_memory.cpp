@@ -106,15 +106,21 @@ std::unique_ptr<memory> staged(const rdx::protection_domain& pd, std::size_t blo
 
 }  // namespace
 
-std::unique_ptr<memory> make_gpu_memory(const rdx::protection_domain& pd, std::size_t block,
-                                        std::uint32_t ranks, int device, const std::string& path) {
+int choose_gpu(std::optional<int> wanted, std::uint32_t local_rank) {
   if (const std::string why = rdx::cuda::no_device_reason(); !why.empty()) {
     throw rdx::error(rdx::errc::unsupported, "--memory cuda: no usable CUDA GPU: " + why);
   }
-  if (device >= rdx::cuda::device_count()) {
-    throw rdx::error(rdx::errc::invalid_argument, "--gpu " + std::to_string(device) + ": this machine has " +
-                                                      std::to_string(rdx::cuda::device_count()) + " GPUs");
+  const int count = rdx::cuda::device_count();
+  if (!wanted) return static_cast<int>(local_rank % static_cast<std::uint32_t>(count));
+  if (*wanted >= count) {
+    throw rdx::error(rdx::errc::invalid_argument, "--gpu " + std::to_string(*wanted) + ": this machine has " +
+                                                      std::to_string(count) + " GPUs");
   }
+  return *wanted;
+}
+
+std::unique_ptr<memory> make_gpu_memory(const rdx::protection_domain& pd, std::size_t block,
+                                        std::uint32_t ranks, int device, const std::string& path) {
   if (path == "staged") return staged(pd, block, ranks, device, "");
   // Direct needs GPU memory the NIC can write, made visible to the GPU
   // without an RDMA read (a mesh's writes end at a barrier, not a read).

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -50,7 +51,12 @@ private:
   rdx::cuda::pinned_buffer<std::byte> scratch_, host_src_, host_win_;
 };
 
-// "auto", "direct" or "staged" (--path).
+// The CUDA device of a rank: `wanted` (--gpu), else the local rank modulo the
+// GPUs. Called before the RDMA device is opened, so that a rank without a
+// usable GPU says so first. @throws rdx::error: no usable GPU, or no such one.
+[[nodiscard]] int choose_gpu(std::optional<int> wanted, std::uint32_t local_rank);
+
+// `device` as choose_gpu gives it; path "auto", "direct" or "staged" (--path).
 [[nodiscard]] std::unique_ptr<memory> make_gpu_memory(const rdx::protection_domain& pd, std::size_t block,
                                                       std::uint32_t ranks, int device,
                                                       const std::string& path);

@@ -20,7 +20,6 @@
 #include <rdx/auth/psk.hpp>
 #endif
 #if RDX_EXAMPLES_CUDA
-#include <rdx/cuda/check.hpp>
 #include <rdx/cuda/topology.hpp>
 
 #include "gpu_memory.hpp"
@@ -270,16 +269,10 @@ bool use_pmix(const options& o) {
 }
 #endif
 
-// The CUDA device of this rank: --gpu, else the local rank modulo the GPUs.
+// The CUDA device of this rank (alltoall::choose_gpu), before the RDMA device.
 int gpu_of(const options& o, const rdx::group::rank_info& me) {
 #if RDX_EXAMPLES_CUDA
-  // Before the RDMA device: a GPU rank without a GPU says so first.
-  if (const std::string why = rdx::cuda::no_device_reason(); !why.empty()) {
-    throw rdx::error(rdx::errc::unsupported, "--memory cuda: no usable CUDA GPU: " + why);
-  }
-  if (o.gpu) return *o.gpu;
-  const int count = rdx::cuda::device_count();
-  return count > 0 ? static_cast<int>(me.local_rank % static_cast<std::uint32_t>(count)) : 0;
+  return alltoall::choose_gpu(o.gpu, me.local_rank);
 #else
   (void)me;
   return o.gpu.value_or(0);
@@ -289,9 +282,7 @@ int gpu_of(const options& o, const rdx::group::rank_info& me) {
 // The RDMA device for a GPU rank without -d: RDX_DEVICE, else the nearest.
 std::string nic_for(int gpu) {
 #if RDX_EXAMPLES_CUDA
-  if (rdx::cuda::device_count() > gpu) {
-    if (auto name = rdx::cuda::rdma_device_for_gpu(gpu)) return *name;
-  }
+  if (auto name = rdx::cuda::rdma_device_for_gpu(gpu)) return *name;
 #else
   (void)gpu;
 #endif
