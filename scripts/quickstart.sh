@@ -22,6 +22,9 @@
 #   RDX_DEVICE     use this RDMA device natively
 #   RDX_NO_INSTALL=1  install nothing (fail if something is missing)
 #   RDX_QUICKSTART_SETUP=0  skip installing and building: use build/release as is
+#   RDX_VM_BOOT_EACH=1  test: boot the VMs anew for every fabric test instead of
+#                  running each pass's tests in pooled VMs (RDX_VM_POOL in
+#                  cmake/softroce/rdx-vm: booted once, made fresh between tests)
 #   JOBS           build and test parallelism (default: nproc)
 set -euo pipefail
 
@@ -130,7 +133,21 @@ configure_and_build() {
 }
 
 # Hands the build back to the user who ran sudo.
+# Each test pass's fabric tests run in pooled VMs: booted once, then made as
+# a fresh boot leaves them between tests (cmake/softroce/rdx-vm, RDX_VM_POOL).
+# A VM boot under TCG took 4 to 7 s of a core, once per fabric test before.
+vm_pool_start() {
+  [[ "${RDX_VM_BOOT_EACH:-0}" == 1 ]] && return 0
+  RDX_VM_POOL="$(mktemp -d /tmp/rdx-vm-pool.XXXXXX)"
+  export RDX_VM_POOL RDX_VM_POOL_IDLE="${RDX_VM_POOL_IDLE:-60}"
+}
+vm_pool_stop() {
+  [[ -n "${RDX_VM_POOL:-}" ]] && "$RDX_VM" --pool-stop "$RDX_VM_POOL"
+  unset RDX_VM_POOL
+}
+
 give_back_build() {
+  vm_pool_stop
   if [[ -n "${SUDO_UID:-}" && -d "$BUILD" ]]; then
     chown -R "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$ROOT/build" 2>/dev/null || true
   fi
@@ -247,6 +264,7 @@ run_tests() {
     mapfile -t once < <(sanitized_tests "$list")
   fi
   log "test suite: ctest -j$JOBS (unit, rdma, twonode; cuda where a GPU is)"
+  vm_pool_start
   if ((${#once[@]} > 0)); then
     echo "${#once[@]} rdma and twonode tests run once, under the sanitizers below (RDX_RELEASE_ALL=1 runs them here too)"
     ctest --preset "$PRESET" --show-only=json-v1 -E "^($(IFS='|'; echo "${once[*]}"))\$" >"$list"
@@ -254,6 +272,7 @@ run_tests() {
   else
     ctest --preset "$PRESET" -j "$JOBS" --output-junit "$junit" || rc=$?
   fi
+  vm_pool_stop
   phase_done tests
   summarize "$list" "$junit" "rdx test summary (preset $PRESET)" || rc=1
   run_sanitizer_tests || rc=1
@@ -284,8 +303,10 @@ run_sanitizer_tests() {
     { tail -n 60 "$b.build.log" >&2; echo "asan-ubsan build failed; full log: $b.build.log" >&2; return 1; }
   echo "asan-ubsan: built ${#targets[@]} test programs (log: build/asan-ubsan.build.log)"
   phase_done asan-build
+  vm_pool_start
   ctest --preset asan-ubsan "${tests[@]}" -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
     rc=$?
+  vm_pool_stop
   phase_done asan-tests
   summarize "$b/ctest-tests.json" "$b/ctest-junit.xml" "rdx test summary (preset asan-ubsan, rdma and twonode but doctor, wire and release_only)" || rc=1
   { cmake --preset tsan && cmake --build --preset tsan --target channel_threads -j "$JOBS"; } >"$t.build.log" 2>&1 ||
