@@ -57,14 +57,14 @@ for mode in booted pooled; do
 done
 
 # A pooled VM runs the next command as a fresh boot leaves it: a command that
-# leaves a process, a file in /tmp and /dev/shm, netem on eth0, a lower MTU
-# and rxe0's counters raised is followed, in the same VM (the same boot id),
-# by one that sees none of it. Then the pool stops and no VM is left.
+# leaves a process, a file in /tmp and /dev/shm, netem on eth0, a lower MTU,
+# rxe0's counters raised and then rxe0 deleted is followed, in the same VM
+# (the same boot id), by one that sees none of it. Then the pool stops and no VM is left.
 export RDX_VM_POOL="$pool"
 mess='cat /proc/sys/kernel/random/boot_id; sleep 900 & touch /tmp/left /dev/shm/left;
   tc qdisc replace dev eth0 root netem loss 1% && ip link set eth0 mtu 1000 &&
   ibv_rc_pingpong -d rxe0 -g 1 -n 5 >/dev/null 2>&1 & sleep 0.5; ibv_rc_pingpong -d rxe0 -g 1 -n 5 127.0.0.1 >/dev/null 2>&1;
-  wait %2; echo "sent $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)"'
+  wait %2; echo "sent $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)"; rdma link delete rxe0'
 look='cat /proc/sys/kernel/random/boot_id; pgrep -x sleep && echo "a process survived";
   ls -A /tmp /dev/shm | grep -q left && echo "a file survived";
   tc qdisc show dev eth0 | grep -q netem && echo "netem survived";
@@ -85,6 +85,16 @@ if grep -q 'survived\|not ACTIVE' <<<"$second"; then
   echo "FAILED: pooled: the VM was not made fresh"
   fail=1
 fi
+# A VM that cannot make itself fresh after a command (eth0 renamed away)
+# stops; the next command boots a new one and runs there, with a note.
+"$vm" --nodes 1 --timeout 300 -- bash -c 'ip link set eth0 down && ip link set eth0 name gone0'
+check 0 $? "pooled: a command that renames eth0 away"
+third="$("$vm" --nodes 1 --timeout 300 -- bash -c 'cat /proc/sys/kernel/random/boot_id; ip -br link show eth0' 2>&1)"
+check 0 $? "pooled: the next command, in a new VM"
+echo "$third"
+grep -q 'booting anew' <<<"$third" || { echo "FAILED: pooled: no note of the new boot"; fail=1; }
+grep -q "$(head -n 1 <<<"$second" | sed 's/^\[node0\] //')" <<<"$third" &&
+  { echo "FAILED: pooled: the command after a stopped VM ran in the old boot"; fail=1; }
 "$vm" --pool-stop "$pool"
 if pgrep -f "rdx-vm --keeper $pool" >/dev/null || [[ -e "$pool" ]]; then
   echo "FAILED: --pool-stop left a keeper or the pool's folder"
