@@ -115,7 +115,7 @@ for key in sorted(set(k for k, _ in status) | set(pts)):
     c, s = pts.get(key, {}).get("client"), pts.get(key, {}).get("server")
     ok = c is not None and s is not None and status.get((key, "0")) == 0 and status.get((key, "1")) == 0
     failed |= not ok
-    g = groups.setdefault(key[:3], {"w": [], "r": [], "to": [], "nak": [], "fail": 0, "chunk": [], "dec": []})
+    g = groups.setdefault(key[:3], {"w": [], "r": [], "to": [], "nak": [], "fail": 0, "chunk": [], "dec": [], "probe": []})
     if not ok:
         g["fail"] += 1
         continue
@@ -126,13 +126,14 @@ for key in sorted(set(k for k, _ in status) | set(pts)):
     if c.get("pacing") == "1":
         g["chunk"].append(int(c.get("pacing_chunk", 0)) // 1024)
         g["dec"].append(int(c.get("pacing_decreases", 0)))
+        g["probe"].append(int(c.get("pacing_probes", 0)))
 def med(v):
     return statistics.median(v) if v else float("nan")
 def rng(v):
     return f"{med(v):.2f} ({min(v):.2f}-{max(v):.2f})" if v else "-"
 rows = []
 head = ("| loss % | chunks | ACK timeout | write MB/s, median (range) | write vs clean | "
-        "read MB/s | read vs clean | retransmit timeouts | NAK-sequence | adaptive: last chunk KiB, decreases | failed rounds |")
+        "read MB/s | read vs clean | retransmit timeouts | NAK-sequence | adaptive: last chunk KiB, decreases, tail probes | failed rounds |")
 for (loss, mode, ack), g in sorted(groups.items(), key=lambda x: (x[0][2] != 14, x[0][2], x[0][1], x[0][0])):
     clean = groups.get((0.0, mode, ack))
     def vs(k):
@@ -143,7 +144,7 @@ for (loss, mode, ack), g in sorted(groups.items(), key=lambda x: (x[0][2] != 14,
     rows.append("| " + " | ".join([
         f"{loss:g}", mode, f"{ack} ({ackms:.1f} ms)", rng(g["w"]), vs("w"), rng(g["r"]), vs("r"),
         f"{med(g['to']):.0f}" if g["to"] else "-", f"{med(g['nak']):.0f}" if g["nak"] else "-",
-        (f"{med(g['chunk']):.0f}, {med(g['dec']):.0f}" if g["chunk"] else "-"), str(g["fail"]),
+        (f"{med(g['chunk']):.0f}, {med(g['dec']):.0f}, {med(g['probe']):.0f}" if g["chunk"] else "-"), str(g["fail"]),
     ]) + " |")
 sep = "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"
 text = "\n".join([head, sep] + rows) + "\n"

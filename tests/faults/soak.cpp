@@ -949,10 +949,11 @@ int run_client(const options& o) {
               "the longest message took " + std::to_string(t.msg.pct(1.0)) + " us, less than the stall");
     }
     const rdx::pacing_state ps = s->conn.pacing();
-    char pacing[160];
+    char pacing[192];
     std::snprintf(pacing, sizeof pacing,
-                  " pacing=%d pacing_window=%" PRIu64 " pacing_chunk=%" PRIu64 " pacing_decreases=%" PRIu64,
-                  o.pacing ? 1 : 0, ps.window, ps.chunk, ps.decreases);
+                  " pacing=%d pacing_window=%" PRIu64 " pacing_chunk=%" PRIu64 " pacing_decreases=%" PRIu64
+                  " pacing_probes=%" PRIu64 " pacing_losses=%" PRIu64,
+                  o.pacing ? 1 : 0, ps.window, ps.chunk, ps.decreases, ps.probes, ps.losses);
     return result(o, "client", t, before, pacing);
   }
   if (!o.expect_failure) {

@@ -212,3 +212,92 @@ TEST_CASE("pacing: the base is re-learned each epoch, so a slower path is not ju
   CHECK(w.decreases() == d);
   CHECK(w.window() > win);
 }
+
+TEST_CASE("tail probe: due once the oldest chunk waits 1.5 chunk times plus the floor, then spaced") {
+  using rdx::detail::tail_probe;
+  constexpr std::int64_t ms = 1'000'000;
+  tail_probe t(2ms);
+  // Before any completion the patience is the floor alone.
+  CHECK(t.patience() == 2 * ms);
+  CHECK_FALSE(t.due(0, 2 * ms - 1));
+  CHECK(t.due(0, 2 * ms));
+  // Chunks streaming back to back, 4 ms each: posted together at 100 ms,
+  // completing every 4 ms (each chunk's time counts from the one before).
+  std::int64_t now = 100 * ms;
+  for (int i = 1; i <= 40; ++i) t.on_completion(100 * ms, now += 4 * ms);
+  CHECK(t.chunk_time() > 3 * ms);
+  CHECK(t.chunk_time() <= 4 * ms);
+  const std::int64_t patience = t.patience();
+  CHECK(patience == t.chunk_time() + t.chunk_time() / 2 + 2 * ms);
+  // The next chunk's completion is late: not due before the patience has
+  // passed since the last completion (later than the chunk's posting).
+  CHECK_FALSE(t.due(100 * ms, now + patience - 1));
+  CHECK(t.due(100 * ms, now + patience));
+  // A probe restarts the wait: the next is due a patience after it.
+  t.probed(now + patience);
+  CHECK(t.probes() == 1);
+  CHECK_FALSE(t.due(100 * ms, now + 2 * patience - 1));
+  CHECK(t.due(100 * ms, now + 2 * patience));
+  // A chunk posted after the last completion and the probe waits from its posting.
+  const std::int64_t later = now + 10 * patience;
+  CHECK_FALSE(t.due(later, later + patience - 1));
+  CHECK(t.due(later, later + patience));
+}
+
+TEST_CASE("tail probe: an idle gap is not a chunk's time; extreme times neither overflow nor go negative") {
+  using rdx::detail::tail_probe;
+  constexpr std::int64_t ms = 1'000'000;
+  tail_probe t(1ms);
+  t.on_completion(0, 5 * ms);
+  const std::int64_t before = t.chunk_time();
+  CHECK(before == 5 * ms);
+  // A chunk posted after a minute idle and done 5 ms later took 5 ms, not a minute.
+  t.on_completion(60'000 * ms, 60'005 * ms);
+  CHECK(t.chunk_time() == before);
+  // A completion "before" its posting (clock misuse) counts as zero time.
+  t.on_completion(70'000 * ms, 69'000 * ms);
+  CHECK(t.chunk_time() >= 0);
+  tail_probe huge(std::chrono::nanoseconds(std::numeric_limits<std::int64_t>::max()));
+  huge.on_completion(0, std::numeric_limits<std::int64_t>::max() / 2);
+  CHECK(huge.patience() == std::numeric_limits<std::int64_t>::max());
+  CHECK_FALSE(huge.due(0, std::numeric_limits<std::int64_t>::max() / 2));
+  tail_probe negative(-5ms);
+  CHECK(negative.patience() == 0);
+}
+
+TEST_CASE("pacing: a chunk that waited out a retransmission keeps the window and makes requests small") {
+  pacing_limits l;
+  l.epoch = 16;
+  pacing_window w(l);
+  auto now = run_rounds(w, 8, 0ns);
+  const std::uint64_t win = w.window();
+  const std::uint64_t c = w.chunk();
+  REQUIRE(c > l.lossy_request);
+  CHECK(w.request() == c);
+  const std::uint64_t d = w.decreases();
+  w.on_loss();
+  CHECK(w.decreases() == d);
+  CHECK(w.window() == win);
+  CHECK(w.losses() == 1);
+  CHECK(w.request() == l.lossy_request);
+  // An epoch of on-time completions later, requests are whole chunks again.
+  for (std::uint32_t i = 0; i < l.epoch; ++i) {
+    now += path_time(c);
+    w.on_completion(c, path_time(c), now);
+  }
+  CHECK(w.request() == w.chunk());
+}
+
+TEST_CASE("tail probe: a retransmission's wait stays out of the chunk time") {
+  using rdx::detail::tail_probe;
+  constexpr std::int64_t ms = 1'000'000;
+  tail_probe t;
+  std::int64_t now = 0;
+  for (int i = 0; i < 32; ++i) t.on_completion(0, now += 4 * ms);
+  const std::int64_t before = t.chunk_time();
+  t.on_completion(0, now += 70 * ms, true);
+  CHECK(t.chunk_time() == before);
+  // The next chunk's time counts from that completion, not from before it.
+  t.on_completion(0, now += 4 * ms);
+  CHECK(t.chunk_time() == before - before / 8 + (4 * ms) / 8);
+}

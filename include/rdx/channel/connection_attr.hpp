@@ -67,6 +67,8 @@ struct pacing_state {
   std::uint64_t chunk = 0;      //!< the chunk writes and reads are cut at now
   std::uint64_t decreases = 0;  //!< times the window shrank for a late chunk
   std::uint64_t in_flight = 0;  //!< bytes of paced chunks posted and not yet completed
+  std::uint64_t probes = 0;     //!< zero-length writes sent behind a late tail (tail-loss probes)
+  std::uint64_t losses = 0;     //!< paced chunks that waited out a retransmission (half the ACK timeout)
 };
 
 //! What one side tells the other to connect: its queue pairs, its

@@ -200,8 +200,16 @@ protected:
     return n;
   }
   [[nodiscard]] pacing_state pacing() const noexcept {
-    return {pacing_ ? pacer_.window() : 0, pacing_ ? pacer_.chunk() : chunk_, pacer_.decreases(),
-            paced_bytes_};
+    std::uint64_t probes = 0;
+    for (const auto& pc : paced_) {
+      probes += pc.tail.probes();
+    }
+    return {pacing_ ? pacer_.window() : 0,
+            pacing_ ? pacer_.chunk() : chunk_,
+            pacer_.decreases(),
+            paced_bytes_,
+            probes,
+            pacer_.losses()};
   }
   [[nodiscard]] std::uint64_t send_doorbells() const noexcept {
     std::uint64_t n = 0;
@@ -249,6 +257,9 @@ protected:
   pacing_window pacer_;
   std::vector<paced_chunks> paced_;
   std::uint64_t paced_bytes_ = 0;
+  std::uint32_t paced_idle_polls_ = 0;  // polls that found nothing while paced chunks were in flight
+  std::int64_t loss_wait_ns_ =
+      std::numeric_limits<std::int64_t>::max();  // half the ACK timeout, set at connect
   std::uint32_t nqp_ = 0;  // sqs_.size(), kept (a size is a division by sizeof(send_queue))
   liveness live_;
   std::atomic<std::uint32_t> stop_requests_{0};
@@ -403,6 +414,10 @@ protected:
   [[gnu::noinline]] inline post_result post_chunks(operation& op) noexcept;
   // A paced chunk of queue pair qi retired: the window learns its time.
   void paced_done(std::uint32_t qi, std::error_code ec) noexcept;
+  // A zero-length write behind each queue pair whose paced tail waits too long.
+  void probe_tails() noexcept;
+  // Whether progress should look for a tail to probe (pacing, bytes in flight).
+  [[nodiscard]] bool tails_in_flight() const noexcept { return pacing_ && paced_bytes_ != 0; }
   [[gnu::noinline]] inline post_result post_rdma(operation& op) noexcept;
   [[gnu::noinline, gnu::cold]] inline post_result refused(operation& op, std::error_code ec) noexcept;
   void pump() noexcept;

@@ -47,6 +47,7 @@ struct pacing_limits {
   std::chrono::nanoseconds target_floor{50'000};  //!< ... or base + this, whichever is larger
   std::uint32_t max_decrease_percent = 50;        //!< the most one decrease takes
   std::uint32_t epoch = 256;                      //!< completions between re-learnings of the base
+  std::uint64_t lossy_request = 8 * kib;          //!< the request a chunk is cut into on a lossy path
 };
 
 class pacing_window {
@@ -74,6 +75,27 @@ public:
     }
     return c;
   }
+  //! The size of the requests a chunk is posted as: the whole chunk, or
+  //! lossy_request while losses were seen in the last epoch's completions.
+  //! RoCE's go-back-N asks for an ACK at the end of each request: small
+  //! requests on a lossy path end a retransmission sooner (a requester that
+  //! is retransmitting ignores the next sequence NAK until an ACK comes, and
+  //! then waits out a whole ACK timeout).
+  [[nodiscard]] std::uint64_t request() const noexcept {
+    return lossy_left_ != 0 ? std::min(l_.lossy_request, chunk()) : chunk();
+  }
+  //! A chunk completed after waiting out a retransmission (the engine
+  //! says so when it took half the ACK timeout or more): the path drops
+  //! packets; the window does not judge it as a queue. The
+  //! window stays (a cut makes more bursts, each with a last packet only a
+  //! timeout recovers) and the requests become small for an epoch of
+  //! completions.
+  void on_loss() noexcept {
+    ++losses_;
+    lossy_left_ = l_.epoch;
+  }
+  //! Chunks that waited out a retransmission.
+  [[nodiscard]] std::uint64_t losses() const noexcept { return losses_; }
   [[nodiscard]] phase current_phase() const noexcept { return phase_; }
   //! The base completion time of a chunk of `bytes` (zero before any sample).
   [[nodiscard]] std::chrono::nanoseconds base(std::uint64_t bytes) const noexcept {
@@ -99,6 +121,9 @@ public:
                      std::chrono::nanoseconds rtt) noexcept {
     if (bytes == 0) {
       return;
+    }
+    if (lossy_left_ != 0) {
+      --lossy_left_;
     }
     const std::int64_t t = std::max<std::int64_t>(delay.count(), 1);
     const unsigned c = class_of(bytes);
@@ -137,6 +162,8 @@ private:
     }
   }
 
+  std::uint64_t losses_ = 0;
+  std::uint32_t lossy_left_ = 0;  // completions left in lossy mode (small requests)
   static constexpr std::int64_t none = -1;
   static constexpr unsigned classes = 16;
 
@@ -153,6 +180,7 @@ private:
     l.max_window = std::max(l.max_window, l.min_chunk);
     l.max_decrease_percent = std::clamp<std::uint32_t>(l.max_decrease_percent, 1, 99);
     l.epoch = std::max<std::uint32_t>(l.epoch, 1);
+    l.lossy_request = std::min(align(l.lossy_request), l.min_chunk);
     return l;
   }
   // Size classes by powers of two above min_chunk: 0 for up to min_chunk.
@@ -258,6 +286,58 @@ private:
 //! The paced chunks of one queue pair in posting order, with their posting
 //! time (a reliable connection completes them in that order). Sized for the
 //! queue pair's send depth at set-up; push and pop allocate nothing.
+//! When a queue pair's paced chunks deserve a tail probe. RoCE learns of a
+//! lost packet from the packets after it (the responder's sequence NAK, a
+//! read's later responses); the last packets of a burst have none after
+//! them, and their loss (or their ACK's) is found only when the ACK timeout
+//! passes: 67 ms at rdx's default, tens of chunks' time. A zero-length write
+//! posted behind them is such a later packet: the responder NAKs the gap, or
+//! acknowledges everything when only the ACK was lost, and a read's gap shows
+//! in the probe's ACK. A probe is due when the oldest chunk in flight has
+//! waited one and a half chunk times (smoothed, 1/8 a sample: the time from
+//! when the chunk was posted, or the completion before it, to its own) plus
+//! `floor` since it was posted, the last completion or the last probe,
+//! whichever is latest. A needless probe costs one empty packet.
+class tail_probe {
+public:
+  explicit tail_probe(std::chrono::nanoseconds floor = std::chrono::milliseconds(2)) noexcept
+      : floor_(std::max<std::int64_t>(floor.count(), 0)) {}
+  //! A chunk posted at `posted` completed at `now` (ns, one monotonic
+  //! clock); `lost` when it waited out a retransmission, whose time does
+  //! not enter the smoothing.
+  void on_completion(std::int64_t posted, std::int64_t now, bool lost = false) noexcept {
+    const std::int64_t t = std::max<std::int64_t>(now - std::max(posted, last_), 0);
+    last_ = std::max(last_, now);
+    if (!lost) {
+      chunk_time_ = chunk_time_ == 0 ? t : chunk_time_ - chunk_time_ / 8 + t / 8;
+    }
+  }
+  //! How long the oldest chunk may wait before a probe.
+  [[nodiscard]] std::int64_t patience() const noexcept { return sat(chunk_time_ + chunk_time_ / 2, floor_); }
+  //! Whether a probe is due at `now`, the oldest chunk in flight posted at `oldest`.
+  [[nodiscard]] bool due(std::int64_t oldest, std::int64_t now) const noexcept {
+    return now - std::max({oldest, last_, probed_}) >= patience();
+  }
+  //! A probe went out at `now`.
+  void probed(std::int64_t now) noexcept {
+    probed_ = now;
+    ++probes_;
+  }
+  [[nodiscard]] std::uint64_t probes() const noexcept { return probes_; }
+  [[nodiscard]] std::int64_t chunk_time() const noexcept { return chunk_time_; }
+
+private:
+  static std::int64_t sat(std::int64_t a, std::int64_t b) noexcept {
+    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max()
+                                                            : a + b;
+  }
+  std::int64_t floor_;
+  std::int64_t chunk_time_ = 0;
+  std::int64_t last_ = 0;
+  std::int64_t probed_ = 0;
+  std::uint64_t probes_ = 0;
+};
+
 class paced_chunks {
 public:
   struct entry {
@@ -277,6 +357,12 @@ public:
   void push(const entry& e) noexcept { ring_[tail_++ & mask_] = e; }
   //! The oldest chunk, or an empty entry when none is recorded.
   entry pop() noexcept { return head_ == tail_ ? entry{} : ring_[head_++ & mask_]; }
+  //! The oldest chunk still in flight, or nullptr.
+  [[nodiscard]] const entry* oldest() const noexcept {
+    return head_ == tail_ ? nullptr : &ring_[head_ & mask_];
+  }
+
+  tail_probe tail;  //!< when this queue pair's tail deserves a probe
 
 private:
   std::unique_ptr<entry[]> ring_;

@@ -73,6 +73,9 @@ int engine::progress_own() noexcept {
   if (!deferred_.empty()) {
     pump();
   }
+  if (handled == 0 && tails_in_flight() && (++paced_idle_polls_ & 15) == 0) {
+    probe_tails();
+  }
   if (ring_.report_due() && connected_ && !failed_) {
     report_credits();
   }
@@ -104,7 +107,13 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
       if (left.count() <= 0) {
         return make_error_code(errc::timed_out);
       }
-      std::error_code ec = wait_event(left);
+      // Paced chunks in flight: wake at least every 2 ms to look for a tail to probe.
+      const bool tails = tails_in_flight();
+      std::error_code ec = wait_event(tails ? std::min(left, std::chrono::milliseconds(2)) : left);
+      if (tails && ec == errc::timed_out) {
+        probe_tails();
+        continue;
+      }
       if (ec && ec != errc::timed_out) {
         return ec;
       }

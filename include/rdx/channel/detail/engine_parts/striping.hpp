@@ -61,7 +61,7 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
     q.hold();
   }
   while (p.posted < p.length) {
-    const std::uint64_t len = std::min(p.length - p.posted, pacing_ ? paced_left(p) : chunk_left(p));
+    std::uint64_t len = std::min(p.length - p.posted, pacing_ ? paced_left(p) : chunk_left(p));
     const std::uint32_t qi = next_qp();
     send_queue& q = sqs_[qi];
     if (!q.has_room()) {
@@ -77,10 +77,25 @@ engine::post_result engine::post_chunks(operation& op) noexcept {
         blocked = true;
         break;
       }
+      // On a lossy path the chunk goes as several requests (the window's
+      // request()): the last is signaled and timed, the others are not.
+      const std::uint64_t req = pacer_.request();
+      const std::uint64_t parts = (len + req - 1) / req;
+      if (parts > 1 && !q.has_room(static_cast<std::uint32_t>(parts))) {
+        blocked = true;
+        break;
+      }
       const auto now = std::chrono::steady_clock::now().time_since_epoch();
       paced_bytes_ += len;
       paced_[qi].push({std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), len, paced_bytes_,
                        len == pacer_.chunk()});
+      for (std::uint64_t k = 1; k < parts; ++k) {
+        q.emplace_held([&] { return send_wr::from(chunk_request(op, req, qi)); }, &op, rec_op);
+        ++op.pending_;
+        p.posted += req;
+        len -= req;
+      }
+      p.seq = q.next_seq();
       q.emplace_held_signaled([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_paced, qi);
     } else {
       q.emplace_held([&] { return send_wr::from(chunk_request(op, len, qi)); }, &op, rec_op);
@@ -118,10 +133,20 @@ inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
   }
   const paced_chunks::entry e = paced_[qi].pop();
   paced_bytes_ -= std::min(paced_bytes_, e.bytes);
-  if (ec || !e.full) {
+  if (ec) {
     return;
   }
   const std::chrono::nanoseconds now = std::chrono::steady_clock::now().time_since_epoch();
+  // Half the ACK timeout or more from posting to completion: it waited out a retransmission.
+  const bool lost = now.count() - e.posted_ns >= loss_wait_ns_;
+  paced_[qi].tail.on_completion(e.posted_ns, now.count(), lost);
+  if (lost) {
+    pacer_.on_loss();
+    return;
+  }
+  if (!e.full) {
+    return;
+  }
   const std::chrono::nanoseconds rtt = now - std::chrono::nanoseconds(e.posted_ns);
   // The chunk waited behind what was queued when it left: its time per its
   // share of that queue is what a crowded or lossy path lengthens, where the
@@ -130,6 +155,26 @@ inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
       static_cast<std::int64_t>(static_cast<double>(rtt.count()) * static_cast<double>(e.bytes) /
                                 static_cast<double>(std::max(e.queued, e.bytes))));
   pacer_.on_completion(e.bytes, share, now, rtt);
+}
+
+// Tail-loss probes (see tail_probe): a zero-length write behind each queue
+// pair's paced chunks whose oldest has waited past its patience. Called
+// while progress finds nothing (every 16th such poll, a clock read) and
+// between event waits.
+inline void engine::probe_tails() noexcept {
+  if (failed_ || paced_bytes_ == 0) {
+    return;
+  }
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  for (std::uint32_t qi = 0; qi < paced_.size(); ++qi) {
+    paced_chunks& pc = paced_[qi];
+    const paced_chunks::entry* e = pc.oldest();
+    if (e != nullptr && pc.tail.due(e->posted_ns, now) && sqs_[qi].has_room() && sqs_[qi].probe()) {
+      pc.tail.probed(now);
+    }
+  }
 }
 
 }  // namespace rdx::detail
