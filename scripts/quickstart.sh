@@ -146,6 +146,18 @@ vm_pool_stop() {
   unset RDX_VM_POOL
 }
 
+# ctest starts the longest tests first once it knows their times (from its
+# Testing/Temporary/CTestCostData.txt); a fresh clone knows none and starts
+# them in the order they are declared, leaving a long one for last. The
+# files in tests/ctest-costs/ (name, runs, seconds: one CI run's times,
+# pooled VMs) seed a build tree that has none; ctest keeps them up to date.
+seed_test_costs() {
+  local build="$1" seed="$ROOT/tests/ctest-costs/$2.txt" t="$1/Testing/Temporary/CTestCostData.txt"
+  [[ -f "$t" || ! -f "$seed" ]] && return 0
+  mkdir -p "${t%/*}"
+  cp "$seed" "$t"
+}
+
 give_back_build() {
   vm_pool_stop
   if [[ -n "${SUDO_UID:-}" && -d "$BUILD" ]]; then
@@ -265,6 +277,7 @@ run_tests() {
   fi
   log "test suite: ctest -j$JOBS (unit, rdma, twonode; cuda where a GPU is)"
   vm_pool_start
+  seed_test_costs "$BUILD" "$PRESET"
   if ((${#once[@]} > 0)); then
     echo "${#once[@]} rdma and twonode tests run once, under the sanitizers below (RDX_RELEASE_ALL=1 runs them here too)"
     ctest --preset "$PRESET" --show-only=json-v1 -E "^($(IFS='|'; echo "${once[*]}"))\$" >"$list"
@@ -304,6 +317,7 @@ run_sanitizer_tests() {
   echo "asan-ubsan: built ${#targets[@]} test programs (log: build/asan-ubsan.build.log)"
   phase_done asan-build
   vm_pool_start
+  seed_test_costs "$b" asan-ubsan
   ctest --preset asan-ubsan "${tests[@]}" -j "$JOBS" --output-junit "$b/ctest-junit.xml" ||
     rc=$?
   vm_pool_stop
