@@ -83,9 +83,12 @@ void keep(T& v) noexcept {
 }
 
 // The operations measured, in the order they run (--only names them).
-constexpr const char* operations[] = {"build",        "post",        "post_extended",       "poll",
-                                      "window_write", "window_read", "fetch_add",           "compare_swap",
-                                      "channel_64",   "channel_4k",  "channel_4k_zero_copy"};
+constexpr const char* operations[] = {"build",         "post",
+                                      "post_extended", "poll",
+                                      "window_write",  "window_read",
+                                      "fetch_add",     "compare_swap",
+                                      "channel_64",    "channel_64_handler",
+                                      "channel_4k",    "channel_4k_zero_copy"};
 
 // Then those on encrypted connections (connection_attr::encrypt): only in a
 // build with OpenSSL (rdx::auth, RDX_COST_SEALED), and not with --peers
@@ -142,7 +145,7 @@ struct options {
       "                   connection's receives and send staging are on it (OP@Npool)\n"
       "  --only OPS       these operations only: build, post, post_extended, poll,\n"
       "                   window_write, window_read, fetch_add, compare_swap,\n"
-      "                   channel_64, channel_4k, channel_4k_zero_copy%s\n"
+      "                   channel_64, channel_64_handler, channel_4k, channel_4k_zero_copy%s\n"
       "  -h, --help       this text\n",
       sealed_help);
   std::exit(rc);
@@ -760,8 +763,8 @@ void run(const options& o) {
   // from registered memory) and receive_view (read in the ring, the buffer
   // given back when the view is destroyed).
   bool receives_posted = false;
-  auto message = [&](const char* op, std::uint32_t size, bool zero_copy) {
-    if (!r.wanted(op)) return;
+  // The plain-verbs pass of a message of size bytes, named op.
+  auto raw_message = [&](const char* op, std::uint32_t size) {
     const ibv_sge src = a.mr.sge(0, size);
     // Receives of the largest size, so that one pass's leftovers fit the next.
     const ibv_sge rsge = b.mr.sge(0, largest_message);
@@ -796,6 +799,10 @@ void run(const options& o) {
       if (!sent) drain(a.scq.native_handle());
       return received && sent;
     });
+  };
+  auto message = [&](const char* op, std::uint32_t size, bool zero_copy) {
+    if (!r.wanted(op)) return;
+    raw_message(op, size);
     const std::span<std::byte> dst(f.local.data(), size);
     const std::span<const std::byte> msg(f.local.data() + region / 2, size);
     const rdx::local_span<const std::byte> reg =
@@ -832,6 +839,47 @@ void run(const options& o) {
     });
   };
   message("channel_64", 64, false);
+  // A message done at posting and its handler (no operation on either side).
+  // Plain verbs: channel_64's pass. rdx: channel post (inline), the
+  // receiver's progress, whose handler copies the 64 bytes out of the ring,
+  // and the sender's progress, which retires the send.
+  if (r.wanted("channel_64_handler")) {
+    raw_message("channel_64_handler", 64);
+    const std::span<const std::byte> msg(f.local.data() + region / 2, 64);
+    for (std::size_t i = 0; i < msg.size(); ++i) f.local.data()[region / 2 + i] = std::byte(i * 7 + 1);
+    // The handler copies the message out as UCX's twin's does (bench/ucx_twin.hpp).
+    static std::array<std::byte, 4096> got{};
+    std::uint64_t arrivals = 0;
+    std::size_t got_bytes = 0;
+    check(f.chb->on_message([&](std::span<const std::byte> m) {
+      if (m.size() <= got.size()) std::memcpy(got.data(), m.data(), m.size());
+      got_bytes = m.size();
+      ++arrivals;
+    }),
+          "channel on_message");
+    r.pass("rdx", "channel_64_handler", [&](bool m) {
+      const std::uint64_t before = arrivals;
+      collect(m);
+      const std::error_code ec = f.cha->post(msg);
+      collect(m);
+      check(ec, "channel post");
+      r.settle();
+      collect(m);
+      (void)f.cb.progress();
+      const bool arrived = arrivals != before;
+      (void)f.ca.progress();
+      collect(m);
+      // Late: finish uncounted, and the pass runs again.
+      for (int k = 0; arrivals == before; ++k) {
+        (void)f.cb.progress();
+        if (k > 10'000'000) fail("channel post: the handler never ran");
+      }
+      if (got_bytes != 64 || !std::equal(msg.begin(), msg.end(), got.begin()))
+        fail("channel handler: " + std::to_string(got_bytes) + " bytes, or not those sent");
+      return arrived;
+    });
+    f.chb->remove_handler();
+  }
 #if RDX_COST_UCX
   // UCX's twins, on the same device (bench/ucx_twin.hpp): only what the
   // initiator calls is counted for the put, as for rdx's window write; a

@@ -122,6 +122,8 @@ awk -v limits="$limits" '
       ratio = w > 0 ? r / w : 0
       l = (op in lim) ? lim[op] : "-"
       base = op; sub(/@.*/, "", base)
+      # A message by post and a handler has the UCX active message as its twin too.
+      if (base == "channel_64_handler") base = "channel_64"
       if (ucx && (base in ucx_of)) {
         printf "| %s | %.1f | %.1f | %.3f | %.1f | %.3f | %s |\n", op, r, w, ratio, ucx_of[base], r / ucx_of[base], l
       } else if (ucx) {

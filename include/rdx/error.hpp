@@ -45,6 +45,9 @@ enum class errc {
   //! on the wire, replayed, reordered, or sealed with another key; it was
   //! not delivered (failure_message() says which)
   integrity_failed,
+  //! the connection's messages go to a handler (channel::on_message): a
+  //! receive is refused while one is set, and a handler while receives wait
+  handler_set,
 };
 }  // namespace rdx
 
@@ -80,6 +83,9 @@ public:
       case errc::no_progress: return "no progress: posted work neither completed nor failed";
       case errc::device_error: return "the device reported an asynchronous error";
       case errc::integrity_failed: return "a sealed message failed its integrity check";
+      case errc::handler_set:
+        return "messages go to a handler (on_message): no receive while it is set, no handler while "
+               "receives wait";
     }
     return "unknown rdx error";
   }

@@ -11,6 +11,7 @@
 #include <rdx/verbs/work_request.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -26,6 +27,9 @@ void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx:
   rdx::channel<std::uint64_t> ch(c);
   auto s = ch.send(std::uint64_t{1});
   auto m = ch.notify(rw, local, 0, 7);
+  std::uint64_t last = 0;
+  (void)ch.post(std::uint64_t{2});
+  (void)ch.on_message([&last](std::span<const std::uint64_t> v) { last = v[0]; });
   auto table = rdx::make_window_buffer<std::uint64_t>(pd, 16);
   const rdx::grant<std::uint64_t, rdx::rights::write> g(c, table);
   rdx::registered_buffer<std::uint64_t> taken = std::move(local);  // owners move
@@ -43,6 +47,18 @@ void valid_uses(rdx::connection& c, const rdx::protection_domain& pd, const rdx:
 #if defined(RDX_CASE_NON_TRIVIAL_MESSAGE)
   // A channel carries bytes the NIC copies: std::string is not trivially copyable.
   rdx::channel<std::string> bad(c);
+#endif
+
+#if defined(RDX_CASE_OWNING_HANDLER)
+  // A handler is held by value in the connection, copied as bytes: one that
+  // owns memory (a std::string captured by value) is refused.
+  std::string name = "peer";
+  (void)ch.on_message([name](std::span<const std::uint64_t>) { (void)name.size(); });
+#endif
+
+#if defined(RDX_CASE_HANDLER_TYPE)
+  // The handler takes the channel's messages as a span of its T.
+  (void)ch.on_message([](std::span<const std::uint32_t>) {});
 #endif
 
 #if defined(RDX_CASE_REMOTE_AS_LOCAL)

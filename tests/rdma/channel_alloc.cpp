@@ -1,11 +1,13 @@
 // rdma test: no heap allocation per operation. Global operator new is
 // replaced by a counting one; after a warm-up, thousands of window writes,
 // reads, atomics, channel sends and receives run in each completion mode
-// (wait, test, co_await, event mode) and the count must stay 0.
+// (wait, test, co_await, event mode), then posts taken by a handler, and the count must stay 0.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <span>
+#include <stdexcept>
 
 #include "channel_support.hpp"
 
@@ -128,13 +130,13 @@ channel_test::task coro(setup& s, long first, long n) {
 }
 
 template <class F>
-std::size_t measure(const char* mode, long warmup, long n, F&& run) {
+std::size_t measure(const char* mode, long warmup, long n, F&& run, int ops = 5) {
   run(0, warmup);
   const std::size_t before = allocations.load();
   run(warmup, n);
   const std::size_t count = allocations.load() - before;
-  std::printf("%-10s %ld rounds (5 operations each) after %ld warm-up rounds: %zu heap allocations\n", mode,
-              n, warmup, count);
+  std::printf("%-10s %ld rounds (%d operations each) after %ld warm-up rounds: %zu heap allocations\n", mode,
+              n, ops, warmup, count);
   return count;
 }
 
@@ -179,6 +181,36 @@ int main(int argc, char** argv) {
           "(+%zu for the coroutine frame itself)\n",
           "co_await", n, warmup, count, after_frame - frame_before);
       total += count;
+    }
+    {
+      // post and a handler: no operation on either side, and no allocation either.
+      std::uint64_t last = 0, got = 0;
+      auto* lp = &last;
+      auto* gp = &got;
+      if (s.rx.on_message([lp, gp](std::span<const std::uint64_t> m) {
+            *lp = m[0];
+            ++*gp;
+          })) {
+        throw std::runtime_error("on_message refused");
+      }
+      total += measure(
+          "handler", warmup, n,
+          [&](long first, long count) {
+            for (long i = first; i < first + count; ++i) {
+              const std::uint64_t before = got;
+              while (s.tx.post(static_cast<std::uint64_t>(i) * 5)) {
+                s.p.b.progress();
+                s.p.a.progress();
+              }
+              while (got == before) {
+                s.p.b.progress();
+                s.p.a.progress();
+              }
+              expect(got == before + 1 && last == static_cast<std::uint64_t>(i) * 5, "handler", i);
+            }
+          },
+          1);
+      s.rx.remove_handler();
     }
     setup e(true);
     total += measure("events", warmup, n, [&](long first, long count) {

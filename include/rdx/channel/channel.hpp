@@ -5,12 +5,16 @@
 // sender never posts without a receive waiting: no receiver-not-ready error,
 // however slow the receiver. Notifications are RDMA writes with immediate
 // carrying a 32-bit tag; the receiver takes (tag, byte count) in order.
+// Besides operations, a handler style with none per message: post() is done
+// when it returns, and on_message() hands each message to a callable where
+// it lies in the ring, from inside the progress loop.
 #pragma once
 
 #include <rdx/channel/connection.hpp>
 #include <rdx/channel/window.hpp>
 #include <rdx/error.hpp>
 
+#include <concepts>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -161,6 +165,59 @@ public:
                                                            src.lkey(), src.size_bytes());
     return op;
   }
+  //! Sends v as one message that is done when post returns: no operation,
+  //! and v's memory is free at once (copied inline into the request, or into
+  //! a staging buffer until the request retires). Takes a flow-control credit
+  //! like send(). Never waits: without a credit, send-queue room or a staging
+  //! buffer, or behind deferred send()s, it is refused with
+  //! std::errc::resource_unavailable_try_again (call progress() and post
+  //! again). A failed connection refuses it with failure_reason(); a message
+  //! posted before the failure that never arrived is reported by that
+  //! failure alone. Other refusals: errc::not_ready (not connected),
+  //! errc::unsupported (an encrypted connection), as send() for the size.
+  [[nodiscard]] std::error_code post(const T& v) noexcept {
+    return detail::start_access::of(*conn_).post_message(&v, sizeof(T));
+  }
+  //! Sends values as one message, done when post returns (see post(const T&));
+  //! none fails with errc::invalid_argument, more than message_size() bytes
+  //! with errc::limit_exceeded.
+  [[nodiscard]] std::error_code post(std::span<const T> v) noexcept {
+    return detail::start_access::of(*conn_).post_message(v.data(), v.size_bytes());
+  }
+  //! Every message of the connection goes to f from now on, in order, as
+  //! f(std::span<const T>): the message where it lies in the receive ring,
+  //! valid only during the call. f runs inside whatever polls the
+  //! connection's queue: progress(), an operation's test() or wait(), a
+  //! send() waiting for a staging buffer; on a worker, any of these of its
+  //! connections, the worker's own, and another connection's teardown. Never
+  //! after the connection failed. The buffer is reposted, and its credit returned,
+  //! after f returns. f may post, and may set or remove the handler; it must
+  //! not throw (progress() is noexcept), wait, or destroy a connection or
+  //! worker. Messages that arrived before are handed to f at once, inside
+  //! this call. F is held by value: trivially copyable, at most four
+  //! pointers (capture references or a pointer to your state).
+  //! @return errc::handler_set while receives wait, errc::invalid_argument
+  //!   when message_size() is not a multiple of alignof(T),
+  //!   errc::unsupported on an encrypted connection, errc::operation_aborted
+  //!   while the connection is being destroyed. A message that is not a
+  //!   whole number of T fails the connection (errc::protocol_error).
+  template <class F>
+  requires std::invocable<const F&, std::span<const T>>
+  [[nodiscard]] std::error_code on_message(const F& f) noexcept {
+    static_assert(detail::message_handler::fits<F>,
+                  "on_message: the handler must be trivially copyable and at most four pointers in size "
+                  "(capture references, or one pointer to the state it needs)");
+    if (conn_->attributes().message_size % alignof(T) != 0) {
+      return make_error_code(errc::invalid_argument);
+    }
+    return detail::start_access::of(*conn_).set_handler(
+        detail::message_handler::make(f, &call_handler<F>, sizeof(T)));
+  }
+  //! Messages go to receives again; those that arrive meanwhile wait for one.
+  void remove_handler() noexcept { (void)detail::start_access::of(*conn_).set_handler({}); }
+  //! True while a handler takes the connection's messages.
+  [[nodiscard]] bool has_handler() const noexcept { return detail::start_access::of(*conn_).has_handler(); }
+
   //! Receives the next message, which must be one T (else errc::limit_exceeded).
   [[nodiscard]] receive_operation<T> receive() noexcept { return receive_operation<T>(*conn_); }
   //! Receives the next message without copying it out of the receive ring
@@ -218,6 +275,13 @@ public:
   [[nodiscard]] connection& conn() const noexcept { return *conn_; }
 
 private:
+  // A message's bytes, as the span of T the handler F takes.
+  template <class F>
+  static void call_handler(const void* store, const std::byte* data, std::uint32_t n) noexcept {
+    detail::message_handler::held<F>(store)(
+        std::span<const T>(reinterpret_cast<const T*>(data), n / sizeof(T)));
+  }
+
   connection* conn_;
 };
 

@@ -128,6 +128,15 @@ public:
     return record(w, owner, kind, aux, sig);
   }
 
+  //! post() of a request nothing waits for (a message done at posting):
+  //! signaled only every signal_interval requests, also when the queue was
+  //! idle, so a lone one usually makes no completion; the owner covers the
+  //! queue before anything waits on it (cover()).
+  [[nodiscard, gnu::always_inline]] std::error_code post_moderated(flat_wr& w, void* owner, std::uint8_t kind,
+                                                                   std::uint32_t aux = 0) noexcept {
+    return record(w, owner, kind, aux, since_signal_ + 1 >= interval_);
+  }
+
   //! post(), with the request built by make() (a builder call such as
   //! [&] { return wr::write(sge, to); }) where it is posted from, never
   //! copied on the way. While posting is held it is copied into the chain

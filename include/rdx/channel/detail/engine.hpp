@@ -21,6 +21,7 @@
 #include <rdx/channel/detail/deferral.hpp>
 #include <rdx/channel/detail/grant_table.hpp>
 #include <rdx/channel/detail/liveness.hpp>
+#include <rdx/channel/detail/message_handler.hpp>
 #include <rdx/channel/detail/op_list.hpp>
 #include <rdx/channel/detail/pacing_window.hpp>
 #include <rdx/channel/detail/peer_link.hpp>
@@ -134,6 +135,12 @@ public:
                      bool exact) noexcept;
   void start_notification(operation& op) noexcept;
   void start_receive_view(operation& op, std::uint32_t elem_size) noexcept;
+  //! A message done at posting (channel::post): copied inline or into
+  //! staging, no operation (handlers.hpp).
+  std::error_code post_message(const void* data, std::size_t bytes) noexcept;
+  //! Sets (h.call) or removes the handler that takes the connection's messages.
+  std::error_code set_handler(const message_handler& h) noexcept;
+  [[nodiscard]] bool has_handler() const noexcept { return handler_.call != nullptr; }
   //! A message_view gives its ring buffer back: queued for repost (credits follow).
   void release_view(operation& op) noexcept;
   //! Points the ring's record of a lent buffer at op (a moved message_view).
@@ -242,6 +249,8 @@ protected:
   send_slots slots_;  // staging (its own, or the receive pool's) and atomic result slots
   op_fifo receives_{op_list::receives}, notifications_{op_list::notifications};
   op_fifo ready_{op_list::ready};
+  message_handler handler_{};       // channel::on_message: messages go to it, not to receives
+  std::uint32_t handler_sets_ = 0;  // set_handler calls: a handler changed by a handler
   deferral deferred_;
   bounded_awaiter_base* bounded_ = nullptr;  // intrusive list of suspended bounded awaits
   std::array<completion, 32> cq_buf_{};
@@ -325,6 +334,10 @@ protected:
   void complete(operation& op) noexcept;
   void resume_ready() noexcept;
   void deliver() noexcept;
+  // Hands queued messages to the handler (handlers.hpp).
+  void hand_over() noexcept;
+  // A message for the handler that is not a whole number of its elements.
+  [[gnu::cold]] void fail_shape(std::uint32_t n, std::uint32_t elem_size) noexcept;
   // deliver() when it has something to do: a receive started before its
   // message came (the usual case) costs a few loads, not a call.
   [[gnu::always_inline]] void deliver_if_due() noexcept {
@@ -379,8 +392,9 @@ protected:
       slots_.give_staging(std::exchange(p.slot, no_slot));
     }
   }
+  // A handler waits for messages as a receive does (the keepalive probes for it).
   [[nodiscard]] bool something_waits() const noexcept {
-    return !receives_.empty() || !notifications_.empty() || !deferred_.empty();
+    return !receives_.empty() || !notifications_.empty() || !deferred_.empty() || handler_.call != nullptr;
   }
   // posting internals (posting.hpp, striping.hpp)
   enum class post_result { all, blocked, failed };

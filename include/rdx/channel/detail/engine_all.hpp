@@ -10,6 +10,7 @@
 #include <rdx/channel/detail/engine_parts/engine_setup.hpp>
 #include <rdx/channel/detail/engine_parts/events.hpp>
 #include <rdx/channel/detail/engine_parts/grants.hpp>
+#include <rdx/channel/detail/engine_parts/handlers.hpp>
 #include <rdx/channel/detail/engine_parts/lifetime.hpp>
 #include <rdx/channel/detail/engine_parts/posting.hpp>
 #include <rdx/channel/detail/engine_parts/progress.hpp>

@@ -1,7 +1,6 @@
-// rdx::detail: what a connection does with each completion: send-queue
-// retirement, message and notification delivery with credit return, the
-// ready list, deadlines, stop requests and the liveness probe, and the
-// first failure. A part of detail/engine_all.hpp (include that).
+// rdx::detail: what a connection does with each completion: send-queue retirement, message and
+// notification delivery (to a handler or to receives) with credit return, the ready list, deadlines,
+// stop requests and the liveness probe, and the first failure. A part of detail/engine_all.hpp.
 #pragma once
 
 #include <rdx/channel/detail/engine.hpp>
@@ -40,15 +39,17 @@ inline void engine::dispatch(const completion& c) noexcept {
   if (!ring_.peer_count_valid()) {
     return fail_protocol();
   }
+  if (handler_.call != nullptr && notifications_.empty() && !failed_) {
+    return hand_over();  // no notification waits: the handler takes it now
+  }
   deliver();
 }
 
 inline void engine::retire(const sq_record& r, std::error_code ec) noexcept {
   auto* op = static_cast<operation*>(r.owner);
-  // The usual case: a window's write or read, or a send from registered
-  // memory (no slot to free), on a connection that has not failed.
-  // closing_ is set only by shut_down(), which fails the connection before
-  // it polls again.
+  // The usual case: a window's write or read, or a send from registered memory (no slot
+  // to free), on a connection that has not failed. closing_ is set only by shut_down(),
+  // which fails the connection before it polls again.
   if (r.kind <= rec_op && !failed_) {
     if (op != nullptr) {
       finish_part(*op, ec);
@@ -128,10 +129,12 @@ inline std::chrono::steady_clock::time_point engine::earliest_deadline(
   return until;
 }
 
-// Hands queued messages and notifications to waiting receives, in order;
-// the buffers they were copied out of are reposted together at the end (of
-// the poll, when called from one).
+// Hands queued messages (to the handler, else to waiting receives) and notifications, in order;
+// the buffers they were copied out of are reposted together at the end (of the poll, if in one).
 inline void engine::deliver() noexcept {
+  if (handler_.call != nullptr) {
+    hand_over();  // every message to the handler (handlers.hpp)
+  }
   bool broken = false;  // a sealed message failed its check: the connection fails after the loop
   while (!receives_.empty() && ring_.messages_waiting() > 0) {
     operation& op = *receives_.pop();

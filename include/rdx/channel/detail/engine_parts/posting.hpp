@@ -223,6 +223,9 @@ inline void engine::start_receive(operation& op, void* dst, std::uint32_t capaci
   if (closing_) {
     return fail_now(op, make_error_code(errc::operation_aborted));
   }
+  if (handler_.call != nullptr) {
+    return fail_now(op, make_error_code(errc::handler_set));
+  }
   receives_.push(op);
   deliver_if_due();
 }
@@ -233,6 +236,9 @@ inline void engine::start_receive_view(operation& op, std::uint32_t elem_size) n
   op.elem_size_ = elem_size == 0 ? 1 : elem_size;
   if (closing_) {
     return fail_now(op, make_error_code(errc::operation_aborted));
+  }
+  if (handler_.call != nullptr) {
+    return fail_now(op, make_error_code(errc::handler_set));
   }
   receives_.push(op);
   deliver_if_due();
