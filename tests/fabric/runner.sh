@@ -62,9 +62,10 @@ done
 # (the same boot id), by one that sees none of it. Then the pool stops and no VM is left.
 export RDX_VM_POOL="$pool"
 mess='cat /proc/sys/kernel/random/boot_id; sleep 900 & touch /tmp/left /dev/shm/left;
-  tc qdisc replace dev eth0 root netem loss 1% && ip link set eth0 mtu 1000 &&
-  ibv_rc_pingpong -d rxe0 -g 1 -n 5 >/dev/null 2>&1 & sleep 0.5; ibv_rc_pingpong -d rxe0 -g 1 -n 5 127.0.0.1 >/dev/null 2>&1;
-  wait %2; echo "sent $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)"; rdma link delete rxe0'
+  ibv_rc_pingpong -d rxe0 -g 1 -n 5 >/dev/null 2>&1 & srv=$!;
+  for i in $(seq 50); do ibv_rc_pingpong -d rxe0 -g 1 -n 5 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.2; done;
+  wait $srv; echo "sent $(cat /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)";
+  tc qdisc replace dev eth0 root netem loss 1% && ip link set eth0 mtu 1000 && rdma link delete rxe0'
 look='cat /proc/sys/kernel/random/boot_id; pgrep -x sleep && echo "a process survived";
   ls -A /tmp /dev/shm | grep -q left && echo "a file survived";
   tc qdisc show dev eth0 | grep -q netem && echo "netem survived";
@@ -95,6 +96,11 @@ echo "$third"
 grep -q 'booting anew' <<<"$third" || { echo "FAILED: pooled: no note of the new boot"; fail=1; }
 grep -q "$(head -n 1 <<<"$second" | sed 's/^\[node0\] //')" <<<"$third" &&
   { echo "FAILED: pooled: the command after a stopped VM ran in the old boot"; fail=1; }
+if ((fail)); then
+  for c in "$pool"/*/slot*/console.log; do
+    [[ -s "$c" ]] && { echo "--- $c"; cat "$c"; }
+  done
+fi
 "$vm" --pool-stop "$pool"
 if pgrep -f "rdx-vm --keeper $pool" >/dev/null || [[ -e "$pool" ]]; then
   echo "FAILED: --pool-stop left a keeper or the pool's folder"
