@@ -230,16 +230,22 @@ TEST_CASE("listener::next with a zero timeout never blocks", "[cm_acceptor]") {
   d.request(0, conn.qp(0), rdx::cm::encode_hello(h), {});
   auto longest = clk::duration::zero();
   const auto t0 = clk::now();
-  int calls = 0;
+  int calls = 0, slow = 0;
   while (clk::now() - t0 < 500ms) {
     const auto c0 = clk::now();
     CHECK_FALSE(l.next(0ms).has_value());
-    longest = std::max(longest, clk::now() - c0);
+    const auto took = clk::now() - c0;
+    longest = std::max(longest, took);
+    slow += took >= 50ms ? 1 : 0;
     ++calls;
   }
-  std::printf("cm_acceptor: %d calls of next(0ms), the longest %lld us\n", calls,
+  std::printf("cm_acceptor: %d calls of next(0ms), %d of 50 ms or more, the longest %lld us\n", calls, slow,
               static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(longest).count()));
+  // A next(0ms) that waited would take most of the 500 ms (or the group's
+  // 5 s): few calls, each slow. The emulated host can stall the whole VM
+  // for a moment (941 ms once under CI's load), which delays one call or two.
   CHECK(calls > 100);
-  CHECK(longest < 50ms);
+  CHECK(slow <= 2);
+  CHECK(longest < 5s);
   CHECK(l.rejected() == 0);
 }
