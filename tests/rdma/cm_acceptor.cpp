@@ -91,7 +91,9 @@ TEST_CASE("a cm acceptor sets up clients on a running worker from one thread", "
   serving s(events);
   rdx::worker& w = s.w;
   server& srv = s.srv;
-  constexpr auto setup_timeout = 5s;
+  // Long enough that serving every client beats it on an emulated host
+  // loaded by a second test (6.5 s once under ASan), short enough to wait out.
+  constexpr auto setup_timeout = 12s;
   rdx::cm::acceptor acc(w, s.pd, rdx::cm::listener(0, addr), small_attr(),
                         rdx::cm::acceptor_options{.timeout = setup_timeout}, srv.prepare());
   if (events) w.watch(acc.fd());
