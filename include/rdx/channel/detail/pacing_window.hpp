@@ -33,6 +33,11 @@
 
 namespace rdx::detail {
 
+//! a + b for b >= 0, saturating at the largest int64 instead of overflowing.
+[[nodiscard]] inline std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
+  return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
+}
+
 //! The bounds and gains of a pacing_window; the defaults are rdx's.
 struct pacing_limits {
   // 64-bit, so that the defaults below are computed in 64 bits.
@@ -86,10 +91,9 @@ public:
   }
   //! A chunk completed after waiting out a retransmission (the engine
   //! says so when it took half the ACK timeout or more): the path drops
-  //! packets; the window does not judge it as a queue. The
-  //! window stays (a cut makes more bursts, each with a last packet only a
-  //! timeout recovers) and the requests become small for an epoch of
-  //! completions.
+  //! packets, and the window does not judge it as a queue. The window stays
+  //! (a cut makes more bursts, each with a last packet only a timeout
+  //! recovers) and the requests become small for an epoch of completions.
   void on_loss() noexcept {
     ++losses_;
     lossy_left_ = l_.epoch;
@@ -251,10 +255,6 @@ private:
                                                        1000 - std::uint64_t{l_.max_decrease_percent} * 10);
     window_ = std::max(l_.min_chunk, mul_div(window_, keep, 1000));
   }
-  static std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
-    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max()
-                                                            : a + b;
-  }
   // a x b / d, saturating instead of overflowing.
   static std::uint64_t mul_div(std::uint64_t a, std::uint64_t b, std::uint64_t d) noexcept {
     constexpr std::uint64_t top = std::numeric_limits<std::uint64_t>::max();
@@ -283,9 +283,6 @@ private:
   std::uint64_t smooth_ = 0;  // delay / base in thousandths, smoothed
 };
 
-//! The paced chunks of one queue pair in posting order, with their posting
-//! time (a reliable connection completes them in that order). Sized for the
-//! queue pair's send depth at set-up; push and pop allocate nothing.
 //! When a queue pair's paced chunks deserve a tail probe. RoCE learns of a
 //! lost packet from the packets after it (the responder's sequence NAK, a
 //! read's later responses); the last packets of a burst have none after
@@ -313,7 +310,9 @@ public:
     }
   }
   //! How long the oldest chunk may wait before a probe.
-  [[nodiscard]] std::int64_t patience() const noexcept { return sat(chunk_time_ + chunk_time_ / 2, floor_); }
+  [[nodiscard]] std::int64_t patience() const noexcept {
+    return sat_add(chunk_time_ + chunk_time_ / 2, floor_);
+  }
   //! Whether a probe is due at `now`, the oldest chunk in flight posted at `oldest`.
   [[nodiscard]] bool due(std::int64_t oldest, std::int64_t now) const noexcept {
     return now - std::max({oldest, last_, probed_}) >= patience();
@@ -327,10 +326,6 @@ public:
   [[nodiscard]] std::int64_t chunk_time() const noexcept { return chunk_time_; }
 
 private:
-  static std::int64_t sat(std::int64_t a, std::int64_t b) noexcept {
-    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max()
-                                                            : a + b;
-  }
   std::int64_t floor_;
   std::int64_t chunk_time_ = 0;
   std::int64_t last_ = 0;
@@ -338,6 +333,9 @@ private:
   std::uint64_t probes_ = 0;
 };
 
+//! The paced chunks of one queue pair in posting order, with their posting
+//! time (a reliable connection completes them in that order). Sized for the
+//! queue pair's send depth at set-up; push and pop allocate nothing.
 class paced_chunks {
 public:
   struct entry {

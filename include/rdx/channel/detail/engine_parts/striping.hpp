@@ -137,8 +137,9 @@ inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
     return;
   }
   const std::chrono::nanoseconds now = std::chrono::steady_clock::now().time_since_epoch();
+  const std::chrono::nanoseconds rtt = now - std::chrono::nanoseconds(e.posted_ns);
   // Half the ACK timeout or more from posting to completion: it waited out a retransmission.
-  const bool lost = now.count() - e.posted_ns >= loss_wait_ns_;
+  const bool lost = rtt.count() >= loss_wait_ns_;
   paced_[qi].tail.on_completion(e.posted_ns, now.count(), lost);
   if (lost) {
     pacer_.on_loss();
@@ -147,7 +148,6 @@ inline void engine::paced_done(std::uint32_t qi, std::error_code ec) noexcept {
   if (!e.full) {
     return;
   }
-  const std::chrono::nanoseconds rtt = now - std::chrono::nanoseconds(e.posted_ns);
   // The chunk waited behind what was queued when it left: its time per its
   // share of that queue is what a crowded or lossy path lengthens, where the
   // bare completion time grows with the window itself.
