@@ -157,30 +157,46 @@ public:
       throw std::runtime_error("wire_cut: tc did not answer within 60 s: " + said);
     }
   }
-  //! Cuts the wire after `after`, for `span`, in a thread of its own. Once.
-  void start(std::chrono::milliseconds after, std::chrono::milliseconds span) {
+  //! Cuts the wire after `after`, for `span`, in a thread of its own; a
+  //! cut that dropped no packet (it met no traffic: the peer or this VM was
+  //! stalled) is made again `gap` later, up to `attempts` cuts in all, each
+  //! of `span`, so that each stays as short as asked.
+  void start(std::chrono::milliseconds after, std::chrono::milliseconds span, int attempts = 1,
+             std::chrono::milliseconds gap = std::chrono::milliseconds(400)) {
     const std::string ifname = ifname_;
-    thread_ = std::thread([this, ifname, after, span] {
+    thread_ = std::thread([this, ifname, after, span, attempts, gap] {
       // Each step is confirmed by a show whose answer is awaited: a busy
       // single-CPU guest can leave tc unscheduled for longer than the cut,
       // and commands it then ran back to back would cut nothing. So the
       // wire is cut for at least span, timed from the confirmed start.
+      // Shows: one by the constructor, then three a cut (netem on; just
+      // before it comes off, with its drop count; off).
       std::this_thread::sleep_for(after);
-      std::fprintf(tc_, "qdisc replace dev %s root netem loss 100%%\nqdisc show dev %s\n", ifname.c_str(),
-                   ifname.c_str());
-      std::fflush(tc_);
-      (void)await_shows(2, std::chrono::seconds(30));
-      start_ = std::chrono::steady_clock::now();
-      std::this_thread::sleep_for(span);
-      std::fprintf(tc_, "qdisc show dev %s\nqdisc del dev %s root\nqdisc show dev %s\n", ifname.c_str(),
-                   ifname.c_str(), ifname.c_str());
-      std::fflush(tc_);
-      (void)await_shows(4, std::chrono::seconds(30));
-      end_ = std::chrono::steady_clock::now();
+      for (int i = 0; i < attempts; ++i) {
+        if (i > 0) std::this_thread::sleep_for(gap);
+        const auto shown = static_cast<std::size_t>(1 + 3 * i);
+        std::fprintf(tc_, "qdisc replace dev %s root netem loss 100%%\nqdisc show dev %s\n", ifname.c_str(),
+                     ifname.c_str());
+        std::fflush(tc_);
+        (void)await_shows(shown + 1, std::chrono::seconds(30));
+        start_ = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(span);
+        std::fprintf(tc_, "qdisc show dev %s\nqdisc del dev %s root\nqdisc show dev %s\n", ifname.c_str(),
+                     ifname.c_str(), ifname.c_str());
+        std::fflush(tc_);
+        const bool answered = await_shows(shown + 3, std::chrono::seconds(30));
+        end_ = std::chrono::steady_clock::now();
+        cuts_ = i + 1;
+        const std::vector<long long> counts = drop_counts();
+        dropped_ = answered && counts.size() > shown + 1 ? counts[shown + 1] : -1;
+        if (!answered || dropped_ != 0) {
+          break;
+        }
+      }
       tc_status_ = ::pclose(std::exchange(tc_, nullptr));
-      const std::vector<long long> counts = drop_counts();
-      // The third show: netem's count just before it was deleted.
-      dropped_ = tc_status_ == 0 && counts.size() >= 3 ? counts[2] : -1;
+      if (tc_status_ != 0) {
+        dropped_ = -1;
+      }
     });
   }
   wire_cut(const wire_cut&) = delete;
@@ -194,7 +210,9 @@ public:
   void join() {
     if (thread_.joinable()) thread_.join();
   }
-  //! Packets the cut dropped, after join(); -1 when tc failed or printed no count.
+  //! Cuts made, after join(): the last is the one reported.
+  [[nodiscard]] int cuts() const noexcept { return cuts_; }
+  //! Packets the last cut dropped, after join(); -1 when tc failed or printed no count.
   [[nodiscard]] long long dropped() const noexcept { return dropped_; }
   //! What tc printed: a show before the cut, one after netem went on, one
   //! before it came off and one after.
@@ -204,7 +222,7 @@ public:
   }
   //! tc's exit status (pclose), after join().
   [[nodiscard]] int tc_status() const noexcept { return tc_status_; }
-  //! How long the wire was cut at most (from the confirmed start to the
+  //! How long the last cut lasted at most (from the confirmed start to the
   //! confirmed end; at least span), after join().
   [[nodiscard]] std::chrono::milliseconds lasted() const noexcept {
     return std::chrono::duration_cast<std::chrono::milliseconds>(end_ - start_);
@@ -237,6 +255,7 @@ private:
   std::thread thread_;
   std::chrono::steady_clock::time_point start_{}, end_{};
   long long dropped_ = -1;  // written by the thread, read after join()
+  int cuts_ = 0;
   int tc_status_ = 0;
 };
 
