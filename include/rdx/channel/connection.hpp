@@ -338,8 +338,9 @@ inline void operation::take_from(operation& o) noexcept {
 }
 
 inline operation::~operation() {
-  if (conn_ != nullptr &&
-      (!done_ || list_ != detail::op_list::none || kind_ == detail::op_kind::receive_view)) {
+  // done_ first: an operation that ended is usually all that is tested.
+  if ((!done_ || list_ != detail::op_list::none || kind_ == detail::op_kind::receive_view) &&
+      conn_ != nullptr) {
     leave();
   }
 }
@@ -357,7 +358,7 @@ inline bool operation::test() noexcept {
   }
   detail::engine& e = *conn_;
   e.cover_all();
-  e.progress();
+  e.progress_covered();
   return done_;
 }
 

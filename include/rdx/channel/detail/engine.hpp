@@ -83,9 +83,9 @@ public:
 
   // --- used by operation and its awaiters -------------------------------------
 
-  // A connection on a worker drives the whole worker; the test is made
-  // before the engine's own progress sets up its frame.
+  // On a worker they drive the whole worker, tested before progress_own() sets up its frame.
   [[gnu::always_inline]] int progress() noexcept;
+  [[gnu::always_inline]] int progress_covered() noexcept;  // progress() right after cover_all()
   [[gnu::noinline]] inline int progress_own() noexcept;
   std::error_code run_until(std::chrono::steady_clock::time_point deadline, wait_mode mode,
                             const operation* op) noexcept;
@@ -276,6 +276,11 @@ protected:
   int wake_fd_ = -1;
   bool connected_ = false;
   bool failed_ = false;
+  bool open_ = false;  // connected_, not failed_, not attr_.encrypt: one test for unsealed posts
+  void set_failed() noexcept {
+    failed_ = true;
+    open_ = false;
+  }
   send_queue::cover_watch uncovered_{};  // a send queue may be uncovered (cover_all has work)
   bool closing_ = false;
   std::error_code failure_{};

@@ -10,16 +10,16 @@ namespace rdx::detail {
 template <int site>
 inline void engine::dispatch(const completion& c) noexcept {
   if ((c.wr_id() & send_queue::wr_id_tag) != 0) {
-    for (auto& q : sqs_) {
-      if (q.qp_num() != c.qp_num()) {
-        continue;
+    send_queue* q = sqs_.data();  // the completion is of one of its queue pairs: with one, no search
+    for (std::uint32_t i = 1; nqp_ != 1 && (i > nqp_ || q->qp_num() != c.qp_num()); ++i, ++q) {
+      if (i >= nqp_) {  // none of them (or none left after shut_down)
+        return;
       }
-      const bool was_failed = failed_;
-      q.retire(c, was_failed, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
-      if (!c.ok() && !was_failed) {
-        fail(c.error());
-      }
-      return;
+    }
+    const bool was_failed = failed_;
+    q->retire(c, was_failed, [this](const sq_record& r, std::error_code ec) { retire(r, ec); });
+    if (!c.ok() && !was_failed) {
+      fail(c.error());
     }
     return;
   }
@@ -91,11 +91,12 @@ inline void engine::finish_part(operation& op, std::error_code ec) noexcept {
 
 inline void engine::complete(operation& op) noexcept {
   op.done_ = true;
-  if (closing_) {
-    op.waiter_ = {};
+  if (!op.waiter_) {
     return;
   }
-  if (op.waiter_) {
+  if (closing_) {
+    op.waiter_ = {};
+  } else {
     ready_.push(op);
     if (worker_ != nullptr) {
       worker_->mark_ready(*this);
@@ -103,10 +104,9 @@ inline void engine::complete(operation& op) noexcept {
   }
 }
 
-// Each is taken off the list first: a coroutine that polls again (nested)
-// keeps the order, and one that destroys a sibling takes it off the list.
+// Each is taken off the list first: a nested poll keeps the order; a destroyed sibling leaves it.
 inline bool engine::resume_one() noexcept {
-  if (closing_ || ready_.empty()) {
+  if (ready_.empty() || closing_) {
     return false;
   }
   operation* op = ready_.pop();
@@ -387,7 +387,7 @@ inline void engine::fail(std::error_code ec) noexcept {
   if (failed_) {
     return;
   }
-  failed_ = true;
+  set_failed();
   failure_ = ec;
   // A receive pool gives its peer no more credits; what it had goes back.
   if (receive_pool* rp = ring_.pool()) {

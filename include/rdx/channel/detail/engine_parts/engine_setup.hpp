@@ -215,6 +215,7 @@ inline void engine::connect_with(const connection_info& peer, const connect_opti
   // A paced chunk that takes half the ACK timeout (4.096 us x 2^code) waited out a retransmission.
   loss_wait_ns_ = (std::int64_t{4096} << std::min<int>(o.timeout, 31)) / 2;
   connected_ = true;
+  open_ = !failed_ && !attr_.encrypt;
   // The windows bind through their queue pairs, which are in RTS now; the
   // peer learns of them only at the barrier that follows.
   bind_grants();

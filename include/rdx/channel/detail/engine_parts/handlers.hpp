@@ -21,7 +21,7 @@ namespace rdx::detail {
 
 inline std::error_code engine::post_message(const void* data, std::size_t bytes) noexcept {
   thread_check::scope guard(*thread_, "posting a message");
-  if (failed_ || !connected_ || bytes - 1 >= payload_size() || attr_.encrypt) [[unlikely]] {
+  if (!open_ || bytes - 1 >= payload_size()) [[unlikely]] {  // open_: connected, not failed, not sealed
     if (failed_) {
       return failure_;  // operation_aborted once it is being destroyed
     }

@@ -138,7 +138,7 @@ inline void engine::shut_down() noexcept {
       }
     }
   }
-  failed_ = true;
+  set_failed();
   if (!failure_) {
     failure_ = aborted;
   }

@@ -70,9 +70,11 @@ inline bool engine::take_staging(std::uint32_t& slot) noexcept {
 }
 
 // A write or read made with its parameters (start_access::make).
+// open_ answers unsealed_refused() and usable() in one test; when it is
+// false they run in turn and say why.
 inline void engine::start_rdma(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting a window operation");
-  if (unsealed_refused(op)) {
+  if (!open_ && (unsealed_refused(op) || !usable(op))) [[unlikely]] {
     return;
   }
   post_or_defer_rdma(op);
@@ -80,13 +82,13 @@ inline void engine::start_rdma(operation& op) noexcept {
 
 inline void engine::start_sealed_read(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting a sealed window read");
-  post_or_defer_rdma(op);
+  if (usable(op)) {
+    post_or_defer_rdma(op);
+  }
 }
 
+// A usable connection's write or read (start_rdma, start_sealed_read).
 inline void engine::post_or_defer_rdma(operation& op) noexcept {
-  if (!usable(op)) {
-    return;
-  }
   if (op.p_.length == 0) {
     return fail_now(op, make_error_code(errc::invalid_argument));
   }
@@ -98,7 +100,7 @@ inline void engine::post_or_defer_rdma(operation& op) noexcept {
 // A fetch_add or compare_swap made with its parameters (start_access::make).
 inline void engine::start_atomic(operation& op) noexcept {
   thread_check::scope guard(*thread_, "starting an atomic");
-  if (unsealed_refused(op) || !usable(op)) {
+  if (!open_ && (unsealed_refused(op) || !usable(op))) [[unlikely]] {
     return;
   }
   submit(op);

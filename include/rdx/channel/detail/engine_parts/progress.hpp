@@ -13,6 +13,15 @@ inline int engine::progress() noexcept {
   if (worker_ != nullptr) [[unlikely]] {
     return worker_->progress();
   }
+  flush_held();
+  return progress_own();
+}
+
+// progress() right after cover_all(), which posted what was held (test()).
+inline int engine::progress_covered() noexcept {
+  if (worker_ != nullptr) [[unlikely]] {
+    return worker_->progress();
+  }
   return progress_own();
 }
 
@@ -62,7 +71,6 @@ inline int engine::poll_inline() noexcept {
 
 int engine::progress_own() noexcept {
   thread_check::scope guard(*thread_, "progress");
-  flush_held();
   if (stop_requests_.load(std::memory_order_acquire) != stops_seen_) {
     housekeeping({});
   }
@@ -132,7 +140,7 @@ inline std::error_code engine::run_until(std::chrono::steady_clock::time_point d
 // Only after a post that may have left a queue uncovered (send_queue::watch_cover).
 inline void engine::cover_all() noexcept {
   flush_held();
-  if (failed_ || !uncovered_.uncovered) {
+  if (!uncovered_.uncovered || failed_) {  // usually covered: one test
     return;
   }
   uncovered_.uncovered = false;
