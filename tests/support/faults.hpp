@@ -214,8 +214,8 @@ public:
   [[nodiscard]] int cuts() const noexcept { return cuts_; }
   //! Packets the last cut dropped, after join(); -1 when tc failed or printed no count.
   [[nodiscard]] long long dropped() const noexcept { return dropped_; }
-  //! What tc printed: a show before the cut, one after netem went on, one
-  //! before it came off and one after.
+  //! What tc printed: a show before the first cut, then for each cut one
+  //! after netem went on, one before it came off and one after.
   [[nodiscard]] std::string output() const {
     std::ifstream in(out_);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -76,7 +76,7 @@ rdx::connection_attr attr() {
 // exits, longest for an ASan process killed with its shadow memory mapped:
 // in one CI run under ASan, three clients' queue pairs (and the server's to
 // one of them) used up the default budget as the victim was killed beside
-// them, with no packet lost. The victim is still found within its bound.
+// them, on a wire with no loss set. The victim is still found within its bound.
 rdx::connect_options qp() {
   rdx::connect_options o;
   (void)o.set_ack_timeout(250ms);
