@@ -32,7 +32,6 @@ namespace rdx {
 //! What send_queue records per posted request and hands back at retirement.
 struct sq_record {
   void* owner = nullptr;  //!< the caller's (an operation); nullptr once detached
-  std::uint64_t seq = 0;  //!< posting sequence number (also the wr_id's low bits)
   std::uint32_t aux = 0;  //!< the caller's (a staging or result slot)
   std::uint8_t kind = 0;  //!< the caller's; 0 is the engine's own cover request
   bool signaled = false;  //!< the request was posted signaled (it produces a completion)
@@ -272,8 +271,9 @@ public:
     }
     while (head_ <= seq) {
       const sq_record r = ring_[slot(head_)];
+      const bool failed_here = head_ == seq;
       ++head_;
-      f(r, r.seq == seq    ? c.error()
+      f(r, failed_here     ? c.error()
            : failed_before ? make_wc_error_code(IBV_WC_WR_FLUSH_ERR)
                            : detail::no_error());
     }
@@ -365,7 +365,7 @@ private:
   }
   // The posted request's record and the signaling state.
   [[gnu::always_inline]] void commit(void* owner, std::uint8_t kind, std::uint32_t aux, bool sig) noexcept {
-    ring_[slot(tail_)] = sq_record{owner, tail_, aux, kind, sig};
+    ring_[slot(tail_)] = sq_record{owner, aux, kind, sig};
     ++tail_;
     if (sig) {
       since_signal_ = 0;

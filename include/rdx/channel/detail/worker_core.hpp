@@ -142,9 +142,10 @@ private:
     engine* e = nullptr;
   };
 
-  [[nodiscard]] std::size_t home(std::uint32_t key) const noexcept {
-    return static_cast<std::size_t>((key * 0x9e3779b1u) >> shift_) & mask_;
-  }
+  // A queue pair's home slot: the number's low bits. Devices number their
+  // queue pairs in sequence, so the low bits spread them (linear probing
+  // takes the rest).
+  [[nodiscard]] std::size_t home(std::uint32_t key) const noexcept { return key & mask_; }
   [[nodiscard, gnu::always_inline]] engine* find(std::uint32_t key) const noexcept {
     for (std::size_t i = home(key);; i = (i + 1) & mask_) {
       const slot& s = table_[i];
@@ -169,6 +170,8 @@ private:
   // (detail/engine_parts/device_events.hpp); an empty now reads the descriptor at once.
   void device_events(std::chrono::steady_clock::time_point now) noexcept;
   void sweep_bounded(std::chrono::steady_clock::time_point now) noexcept;
+  // The count of polls ran out (progress()): the clocks' sweep or the bounded awaits' deadlines.
+  [[gnu::noinline]] inline void tick() noexcept;
   void resume() noexcept;
   [[nodiscard]] std::chrono::steady_clock::time_point sleep_until(
       std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point until) const noexcept;
@@ -183,7 +186,6 @@ private:
   int epoll_fd_ = -1;
   std::vector<slot> table_;
   std::size_t mask_ = 0;
-  unsigned shift_ = 32;
   std::size_t keys_ = 0;  // queue pairs listed
   std::size_t used_ = 0;  // slots not empty (listed or gone)
   std::size_t attached_ = 0;
@@ -197,8 +199,12 @@ private:
   int polling_ = 0;
   engine* cursor_ = nullptr;  // where the next sweep of the clocks starts (wl_all)
   int holding_ = 0;           // connections inside batch()
+  // Polls until tick() looks at the clocks: a count of tick_len_ (64 while a
+  // bounded await exists, else up to the next sweep); polls_ counts the polls
+  // since the last sweep, one every 1024.
+  std::uint32_t tick_in_ = 1024;
+  std::uint32_t tick_len_ = 1024;
   std::uint32_t polls_ = 0;
-  std::uint32_t ticks_ = 0;
   std::atomic<std::uint32_t> stop_requests_{0};
   std::uint32_t stops_seen_ = 0;
   std::chrono::steady_clock::time_point swept_{};

@@ -67,7 +67,8 @@ inline int worker_core::poll() noexcept {
     ++e->wk_handled_;
     ++handled;
   }
-  if (--polling_ == 0) {
+  // Nothing to settle after sends alone: no connection touched, no pool buffer queued.
+  if (--polling_ == 0 && (ntouched_ != 0 || (pool_ && pool_->queued() != 0))) {
     settle();
   }
   return handled;
@@ -133,22 +134,34 @@ int worker_core::progress() noexcept {
       e = next;
     }
   // The clocks: every 1024 polls (whether busy or not, so that an idle peer
-  // among busy ones is still probed), or every 64 while a bounded await exists.
-  const bool clocks = (++polls_ & 1023) == 0;
-  const bool bounded = head_[wl_bounded] != nullptr;
-  if (clocks || (bounded && (++ticks_ & 63) == 0)) {
-    const auto now = std::chrono::steady_clock::now();
-    if (clocks && now - swept_ >= std::chrono::milliseconds(1)) {
-      swept_ = now;
-      sweep(now);
-    } else if (bounded) {
-      sweep_bounded(now);
-    }
+  // among busy ones is still probed), or every 64 while a bounded await
+  // exists; one count down between them.
+  if (--tick_in_ == 0) [[unlikely]] {
+    tick();
   }
   if (head_[wl_ready] != nullptr) {
     resume();
   }
   return handled;
+}
+
+void worker_core::tick() noexcept {
+  polls_ += tick_len_;
+  const bool clocks = polls_ >= 1024;
+  if (clocks) {
+    polls_ = 0;
+  }
+  const bool bounded = head_[wl_bounded] != nullptr;
+  const auto now = std::chrono::steady_clock::now();
+  if (clocks && now - swept_ >= std::chrono::milliseconds(1)) {
+    swept_ = now;
+    sweep(now);
+  } else if (bounded) {
+    sweep_bounded(now);
+  }
+  // The next count: to the next sweep, or 64 while a bounded await exists.
+  tick_len_ = head_[wl_bounded] != nullptr ? 64 : 1024 - polls_;
+  tick_in_ = tick_len_;
 }
 
 // The clocks of at most 64 connections a sweep, going round from where the

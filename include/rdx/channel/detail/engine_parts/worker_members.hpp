@@ -107,7 +107,6 @@ inline void worker_core::rehash(std::size_t size) {
   std::vector<slot> old = std::move(table_);
   table_.assign(size, slot{});
   mask_ = size - 1;
-  shift_ = 32 - static_cast<unsigned>(std::countr_zero(size));
   used_ = 0;
   for (const slot& s : old) {
     if (s.key == empty_key || s.key == gone_key) {
@@ -305,6 +304,10 @@ inline engine* worker_core::pop(worker_list l) noexcept {
 inline void worker_core::bounded_changed(engine& e, bool on) noexcept {
   if (on) {
     link(e, wl_bounded);
+    if (tick_in_ > 64) {  // its deadline is looked at within 64 polls
+      polls_ += tick_len_ - tick_in_;
+      tick_len_ = tick_in_ = 64;
+    }
   } else {
     unlink(e, wl_bounded);
   }
