@@ -100,14 +100,25 @@ public:
   [[nodiscard]] std::error_code post(queue_pair_view qp, std::uint32_t i) noexcept {
     std::error_code ec = qp.post_recv(chain_[i]);  // alone: post_recv clears its next
     if (!ec) {
-      rx_[i].posted = true;
       ++posted_;
     }
     return ec;
   }
-  //! Queues buffer i (its message was taken) for post_queued(); on a pool,
-  //! for the pool's next flush, with its credit.
+  //! Queues buffer i (its message was taken) for post_queued(), due at once
+  //! with every buffer queued before it; on a pool, for the pool's next
+  //! flush, with its credit.
   void queue_repost(std::uint32_t i) noexcept {
+    if (pool_ != nullptr) [[unlikely]] {
+      return queue_pooled(i);
+    }
+    repost_[queued_++] = i;
+    repost_at_ = 1;
+  }
+  //! Queues buffer i, whose message a handler took: on a ring of its own it
+  //! waits until a batch of them is queued (or one queued by queue_repost()),
+  //! so that a stream of handled messages reposts them with one
+  //! ibv_post_recv per batch; on a pool as queue_repost().
+  void queue_handled(std::uint32_t i) noexcept {
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
     }
@@ -121,9 +132,10 @@ public:
       pool_->queue(i, nullptr);
     }
   }
-  //! Buffers queued for reposting (on a pool: queued to the pool since its
-  //! last flush here; another connection's flush may have posted them).
-  [[nodiscard]] std::uint32_t queued() const noexcept { return queued_; }
+  //! Buffers queued whose repost is due (0 while only handled ones below a
+  //! batch wait; on a pool: queued to the pool since its last flush here;
+  //! another connection's flush may have posted them).
+  [[nodiscard]] std::uint32_t queued() const noexcept { return queued_ >= repost_at_ ? queued_ : 0; }
   //! On a pool: the pool was flushed.
   void flushed() noexcept { queued_ = 0; }
   //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
@@ -136,13 +148,11 @@ public:
     }
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
+    repost_at_ = batch_;
     std::size_t posted = 0;
     const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), n, posted);
     posted_now = static_cast<std::uint32_t>(posted);
     reposted_ += posted_now;
-    for (std::uint32_t k = 0; k < posted_now; ++k) {
-      rx_[repost_[k]].posted = true;
-    }
     posted_ += posted_now;
     return ec;
   }
@@ -162,7 +172,6 @@ public:
         return a;
       }
     } else {
-      e.posted = false;
       --posted_;
       if (!c.ok()) {
         return arrival::failed;
@@ -220,7 +229,6 @@ public:
       pool_->stray(i);
       return arrival::failed;
     }
-    pool_->taken(i);
     const bool within = pool_->arrived(share_);  // counts it against the credits given
     if (!c.ok() || !within) {
       pool_->queue(i, nullptr);
@@ -316,6 +324,12 @@ private:
   std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
   std::unique_ptr<recv_wr[]> chain_;         // buffer i's receive, built once, at i
   std::uint32_t queued_ = 0;
+  // Handled buffers a ring of its own reposts together: a quarter of
+  // recv_depth (as many as make a credit report due), 1 on a pool. Those
+  // held back and the credits reposted but not yet reported are each fewer
+  // than a quarter, so the peer keeps more than half of recv_depth.
+  std::uint32_t batch_ = pool_ != nullptr ? 1 : report_at_;
+  std::uint32_t repost_at_ = batch_;  // queued buffers that make a repost due (queued())
   std::uint64_t repost_calls_ = 0, reposted_ = 0;
   registered_buffer<std::uint64_t> control_;  // [0] our count, sent; [1] the peer's, written by it
   std::uint32_t posted_ = 0;

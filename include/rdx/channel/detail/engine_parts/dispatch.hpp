@@ -250,6 +250,14 @@ inline void engine::consume(std::uint32_t i) noexcept {
   ring_.queue_repost(i);
 }
 
+// A buffer a handler took: reposted with a batch of them (message_ring::queue_handled).
+inline void engine::consume_handled(std::uint32_t i) noexcept {
+  if (failed_) [[unlikely]] {
+    return ring_.drop(i);
+  }
+  ring_.queue_handled(i);
+}
+
 // Reposts the taken buffers with one doorbell and counts them; credits go
 // back piggybacked on the next message, or by an RDMA write of the count once
 // a quarter is owed. Only reposted buffers count: the peer's credits never

@@ -112,7 +112,7 @@ inline void engine::hand_over() noexcept {
       return;
     }
     h.call(h.store, ring_.data(i), n);
-    consume(i);
+    consume_handled(i);
     if (handler_sets_ != sets) [[unlikely]] {
       if (handler_.call != nullptr) {
         hand_over();
