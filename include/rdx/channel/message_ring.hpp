@@ -298,10 +298,11 @@ public:
   [[nodiscard]] bool grant_due() const noexcept {
     return report_due() || (share_.consumed != reported_ && reported_ + depth_ == share_.received);
   }
-  //! The request that writes our count into the peer's credit word.
-  [[nodiscard]] send_wr credit_report(const remote_descriptor& peer_word) noexcept {
+  //! The request that writes our count into the peer's credit word, held
+  //! by value (the extended post API takes it with no ibv_send_wr built).
+  [[nodiscard]] flat_wr credit_report(const remote_descriptor& peer_word) noexcept {
     control_[0] = share_.consumed;
-    return wr::write(control_.sge(0, 1), remote_ptr{peer_word.addr, peer_word.rkey});
+    return flat_wr{.sge = control_.sge(0, 1), .remote_addr = peer_word.addr, .rkey = peer_word.rkey};
   }
   void reported() noexcept { reported_ = share_.consumed; }
   //! Our credit word: the 8 bytes the peer writes its count into (the

@@ -286,7 +286,7 @@ inline void engine::report_credits() noexcept {
   if (!q.has_room()) {
     return;  // no room now; progress() tries again
   }
-  send_wr w = ring_.credit_report(peer_credit_);
+  flat_wr w = ring_.credit_report(peer_credit_);
   if (!q.post(w, nullptr, rec_credit)) {
     ring_.reported();
   }
