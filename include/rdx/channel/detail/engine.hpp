@@ -138,6 +138,10 @@ public:
   //! A message done at posting (channel::post): copied inline or into
   //! staging, no operation (handlers.hpp).
   std::error_code post_message(const void* data, std::size_t bytes) noexcept;
+  // Its paths off the inline one, out of line so that one stays small (handlers.hpp).
+  [[gnu::noinline, gnu::cold]] inline std::error_code post_refused(std::size_t bytes) const noexcept;
+  [[gnu::noinline, gnu::cold]] inline std::error_code post_would_block() noexcept;
+  [[gnu::noinline]] inline std::error_code post_staged(const void* data, std::size_t bytes) noexcept;
   //! Sets (h.call) or removes the handler that takes the connection's messages.
   std::error_code set_handler(const message_handler& h) noexcept;
   [[nodiscard]] bool has_handler() const noexcept { return handler_.call != nullptr; }
