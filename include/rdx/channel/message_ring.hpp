@@ -55,7 +55,6 @@ public:
         base_(buf_->data()),
         messages_(depth),
         notes_(depth),
-        repost_(std::make_unique<std::uint32_t[]>(depth)),
         chain_(std::make_unique<recv_wr[]>(depth)),
         control_(pd, 2, access::local_write) {
     // Each buffer's receive is built once (its wr_id is its index) and
@@ -111,7 +110,7 @@ public:
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
     }
-    repost_[queued_++] = i;
+    link(i);
     repost_at_ = 1;
   }
   //! Queues buffer i, whose message a handler took: on a ring of its own it
@@ -122,7 +121,15 @@ public:
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
     }
-    repost_[queued_++] = i;
+    link(i);
+  }
+  //! Links buffer i's receive behind those queued (its next is set when
+  //! another is queued, or cleared when they are posted).
+  void link(std::uint32_t i) noexcept {
+    ibv_recv_wr& w = chain_[i].native();
+    *link_ = &w;
+    link_ = &w.next;
+    ++queued_;
   }
   //! Buffer i goes back without its credit (the connection failed): to the
   //! pool; a ring of its own keeps it.
@@ -139,7 +146,7 @@ public:
   //! On a pool: the pool was flushed.
   void flushed() noexcept { queued_ = 0; }
   //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
-  //! their receives, built once, are linked in the order queued.
+  //! their receives, built once, were linked in the order queued.
   //! @param posted_now set to how many were posted (all, or those before the refused one)
   [[nodiscard]] std::error_code post_queued(queue_pair_view qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
@@ -149,8 +156,10 @@ public:
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
     repost_at_ = batch_;
+    *link_ = nullptr;
+    link_ = &first_;
     std::size_t posted = 0;
-    const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), n, posted);
+    const std::error_code ec = qp.post_recv_linked(chain_[first_->wr_id], n, posted);
     posted_now = static_cast<std::uint32_t>(posted);
     reposted_ += posted_now;
     posted_ += posted_now;
@@ -163,7 +172,7 @@ public:
   //! Receives of its own posted and not yet completed (flushed ones included); 0 on a pool.
   [[nodiscard]] std::uint32_t posted() const noexcept { return posted_; }
 
-  //! A receive completion: queues the message or notification.
+  //! A receive completion: queues a notification; a message is the caller's to queue.
   arrival arrived(const completion& c) noexcept {
     const auto i = static_cast<std::uint32_t>(c.wr_id());
     rx_entry& e = rx_[i];
@@ -186,9 +195,10 @@ public:
     if (c.has_imm() && serial_after(c.imm(), peer_piggy_)) {
       peer_piggy_ = c.imm();
     }
-    messages_.push(i);
-    return arrival::message;
+    return arrival::message;  // queued by the caller (queue_message), or handed over at once
   }
+  //! Queues the message that arrived in buffer i (arrival::message), after those before it.
+  void queue_message(std::uint32_t i) noexcept { messages_.push(i); }
 
   [[nodiscard]] std::uint32_t messages_waiting() const noexcept { return messages_.size(); }
   [[nodiscard]] std::uint32_t notifications_waiting() const noexcept { return notes_.size(); }
@@ -322,8 +332,11 @@ private:
   rx_entry* rx_;  // its own entries, or the pool's
   const std::byte* base_;
   index_fifo messages_, notes_;
-  std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
-  std::unique_ptr<recv_wr[]> chain_;         // buffer i's receive, built once, at i
+  std::unique_ptr<recv_wr[]> chain_;  // buffer i's receive, built once, at i
+  // The receives of the buffers queued (ring of its own), linked as they are
+  // queued, in that order: first_, then each one's next up to link_.
+  ibv_recv_wr* first_ = nullptr;
+  ibv_recv_wr** link_ = &first_;  // where the next one queued is linked (the ring never moves)
   std::uint32_t queued_ = 0;
   // Handled buffers a ring of its own reposts together: a quarter of
   // recv_depth (as many as make a credit report due), 1 on a pool. Those

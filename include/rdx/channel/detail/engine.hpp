@@ -343,8 +343,12 @@ protected:
   void complete(operation& op) noexcept;
   void resume_ready() noexcept;
   void deliver() noexcept;
+  // A message that arrived with none queued before it, to the oldest waiting receive.
+  void take_one(std::uint32_t i, std::uint32_t n) noexcept;
   // Hands queued messages to the handler (handlers.hpp).
   void hand_over() noexcept;
+  // A message that arrived with none queued before it, to the handler (handlers.hpp).
+  [[gnu::always_inline]] void hand_one(std::uint32_t i, std::uint32_t n) noexcept;
   // A message for the handler that is not a whole number of its elements.
   [[gnu::cold]] void fail_shape(std::uint32_t n, std::uint32_t elem_size) noexcept;
   // deliver() when it has something to do: a receive started before its

@@ -137,6 +137,26 @@ inline void engine::hand_over() noexcept {
   }
 }
 
+// The message in buffer i (n bytes), with none queued before it: to the
+// handler at once, as hand_over() would.
+inline void engine::hand_one(std::uint32_t i, std::uint32_t n) noexcept {
+  const message_handler h = handler_;  // called from a copy (hand_over)
+  const std::uint32_t sets = handler_sets_;
+  if (h.elem_size != 1 && n % h.elem_size != 0) [[unlikely]] {
+    consume(i);
+    fail_shape(n, h.elem_size);
+    return;
+  }
+  h.call(h.store, ring_.data(i), n);
+  consume_handled(i);
+  // The handler changed, or a poll inside it queued more: as hand_over() goes on.
+  if (handler_sets_ != sets || ring_.messages_waiting() != 0) [[unlikely]] {
+    if (handler_.call != nullptr) {
+      hand_over();
+    }
+  }
+}
+
 // The peer sent a message the handler cannot take: not a whole number of
 // its elements (an impossible value from the peer).
 inline void engine::fail_shape(std::uint32_t n, std::uint32_t elem_size) noexcept {
