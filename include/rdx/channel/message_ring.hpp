@@ -55,7 +55,6 @@ public:
         base_(buf_->data()),
         messages_(depth),
         notes_(depth),
-        repost_(std::make_unique<std::uint32_t[]>(depth)),
         chain_(std::make_unique<recv_wr[]>(depth)),
         control_(pd, 2, access::local_write) {
     // Each buffer's receive is built once (its wr_id is its index) and
@@ -100,18 +99,37 @@ public:
   [[nodiscard]] std::error_code post(queue_pair_view qp, std::uint32_t i) noexcept {
     std::error_code ec = qp.post_recv(chain_[i]);  // alone: post_recv clears its next
     if (!ec) {
-      rx_[i].posted = true;
       ++posted_;
     }
     return ec;
   }
-  //! Queues buffer i (its message was taken) for post_queued(); on a pool,
-  //! for the pool's next flush, with its credit.
+  //! Queues buffer i (its message was taken) for post_queued(), due at once
+  //! with every buffer queued before it; on a pool, for the pool's next
+  //! flush, with its credit.
   void queue_repost(std::uint32_t i) noexcept {
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
     }
-    repost_[queued_++] = i;
+    link(i);
+    repost_at_ = 1;
+  }
+  //! Queues buffer i, whose message a handler took: on a ring of its own it
+  //! waits until a batch of them is queued (or one queued by queue_repost()),
+  //! so that a stream of handled messages reposts them with one
+  //! ibv_post_recv per batch; on a pool as queue_repost().
+  void queue_handled(std::uint32_t i) noexcept {
+    if (pool_ != nullptr) [[unlikely]] {
+      return queue_pooled(i);
+    }
+    link(i);
+  }
+  //! Links buffer i's receive behind those queued (its next is set when
+  //! another is queued, or cleared when they are posted).
+  void link(std::uint32_t i) noexcept {
+    ibv_recv_wr& w = chain_[i].native();
+    *link_ = &w;
+    link_ = &w.next;
+    ++queued_;
   }
   //! Buffer i goes back without its credit (the connection failed): to the
   //! pool; a ring of its own keeps it.
@@ -121,13 +139,14 @@ public:
       pool_->queue(i, nullptr);
     }
   }
-  //! Buffers queued for reposting (on a pool: queued to the pool since its
-  //! last flush here; another connection's flush may have posted them).
-  [[nodiscard]] std::uint32_t queued() const noexcept { return queued_; }
+  //! Buffers queued whose repost is due (0 while only handled ones below a
+  //! batch wait; on a pool: queued to the pool since its last flush here;
+  //! another connection's flush may have posted them).
+  [[nodiscard]] std::uint32_t queued() const noexcept { return queued_ >= repost_at_ ? queued_ : 0; }
   //! On a pool: the pool was flushed.
   void flushed() noexcept { queued_ = 0; }
   //! Posts every queued buffer on qp with one ibv_post_recv (one doorbell):
-  //! their receives, built once, are linked in the order queued.
+  //! their receives, built once, were linked in the order queued.
   //! @param posted_now set to how many were posted (all, or those before the refused one)
   [[nodiscard]] std::error_code post_queued(queue_pair_view qp, std::uint32_t& posted_now) noexcept {
     posted_now = 0;
@@ -136,13 +155,13 @@ public:
     }
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
+    repost_at_ = batch_;
+    *link_ = nullptr;
+    link_ = &first_;
     std::size_t posted = 0;
-    const std::error_code ec = qp.post_recv_linked(link_receives(chain_.get(), repost_.get(), n), n, posted);
+    const std::error_code ec = qp.post_recv_linked(chain_[first_->wr_id], n, posted);
     posted_now = static_cast<std::uint32_t>(posted);
     reposted_ += posted_now;
-    for (std::uint32_t k = 0; k < posted_now; ++k) {
-      rx_[repost_[k]].posted = true;
-    }
     posted_ += posted_now;
     return ec;
   }
@@ -153,7 +172,7 @@ public:
   //! Receives of its own posted and not yet completed (flushed ones included); 0 on a pool.
   [[nodiscard]] std::uint32_t posted() const noexcept { return posted_; }
 
-  //! A receive completion: queues the message or notification.
+  //! A receive completion: queues a notification; a message is the caller's to queue.
   arrival arrived(const completion& c) noexcept {
     const auto i = static_cast<std::uint32_t>(c.wr_id());
     rx_entry& e = rx_[i];
@@ -162,7 +181,6 @@ public:
         return a;
       }
     } else {
-      e.posted = false;
       --posted_;
       if (!c.ok()) {
         return arrival::failed;
@@ -177,9 +195,10 @@ public:
     if (c.has_imm() && serial_after(c.imm(), peer_piggy_)) {
       peer_piggy_ = c.imm();
     }
-    messages_.push(i);
-    return arrival::message;
+    return arrival::message;  // queued by the caller (queue_message), or handed over at once
   }
+  //! Queues the message that arrived in buffer i (arrival::message), after those before it.
+  void queue_message(std::uint32_t i) noexcept { messages_.push(i); }
 
   [[nodiscard]] std::uint32_t messages_waiting() const noexcept { return messages_.size(); }
   [[nodiscard]] std::uint32_t notifications_waiting() const noexcept { return notes_.size(); }
@@ -220,7 +239,6 @@ public:
       pool_->stray(i);
       return arrival::failed;
     }
-    pool_->taken(i);
     const bool within = pool_->arrived(share_);  // counts it against the credits given
     if (!c.ok() || !within) {
       pool_->queue(i, nullptr);
@@ -290,10 +308,11 @@ public:
   [[nodiscard]] bool grant_due() const noexcept {
     return report_due() || (share_.consumed != reported_ && reported_ + depth_ == share_.received);
   }
-  //! The request that writes our count into the peer's credit word.
-  [[nodiscard]] send_wr credit_report(const remote_descriptor& peer_word) noexcept {
+  //! The request that writes our count into the peer's credit word, held
+  //! by value (the extended post API takes it with no ibv_send_wr built).
+  [[nodiscard]] flat_wr credit_report(const remote_descriptor& peer_word) noexcept {
     control_[0] = share_.consumed;
-    return wr::write(control_.sge(0, 1), remote_ptr{peer_word.addr, peer_word.rkey});
+    return flat_wr{.sge = control_.sge(0, 1), .remote_addr = peer_word.addr, .rkey = peer_word.rkey};
   }
   void reported() noexcept { reported_ = share_.consumed; }
   //! Our credit word: the 8 bytes the peer writes its count into (the
@@ -313,9 +332,18 @@ private:
   rx_entry* rx_;  // its own entries, or the pool's
   const std::byte* base_;
   index_fifo messages_, notes_;
-  std::unique_ptr<std::uint32_t[]> repost_;  // buffers taken, not reposted yet
-  std::unique_ptr<recv_wr[]> chain_;         // buffer i's receive, built once, at i
+  std::unique_ptr<recv_wr[]> chain_;  // buffer i's receive, built once, at i
+  // The receives of the buffers queued (ring of its own), linked as they are
+  // queued, in that order: first_, then each one's next up to link_.
+  ibv_recv_wr* first_ = nullptr;
+  ibv_recv_wr** link_ = &first_;  // where the next one queued is linked (the ring never moves)
   std::uint32_t queued_ = 0;
+  // Handled buffers a ring of its own reposts together: a quarter of
+  // recv_depth (as many as make a credit report due), 1 on a pool. Those
+  // held back and the credits reposted but not yet reported are each fewer
+  // than a quarter, so the peer keeps more than half of recv_depth.
+  std::uint32_t batch_ = pool_ != nullptr ? 1 : report_at_;
+  std::uint32_t repost_at_ = batch_;  // queued buffers that make a repost due (queued())
   std::uint64_t repost_calls_ = 0, reposted_ = 0;
   registered_buffer<std::uint64_t> control_;  // [0] our count, sent; [1] the peer's, written by it
   std::uint32_t posted_ = 0;

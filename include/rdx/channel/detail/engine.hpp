@@ -138,6 +138,10 @@ public:
   //! A message done at posting (channel::post): copied inline or into
   //! staging, no operation (handlers.hpp).
   std::error_code post_message(const void* data, std::size_t bytes) noexcept;
+  // Its paths off the inline one, out of line so that one stays small (handlers.hpp).
+  [[gnu::noinline, gnu::cold]] inline std::error_code post_refused(std::size_t bytes) const noexcept;
+  [[gnu::noinline, gnu::cold]] inline std::error_code post_would_block() noexcept;
+  [[gnu::noinline]] inline std::error_code post_staged(const void* data, std::size_t bytes) noexcept;
   //! Sets (h.call) or removes the handler that takes the connection's messages.
   std::error_code set_handler(const message_handler& h) noexcept;
   [[nodiscard]] bool has_handler() const noexcept { return handler_.call != nullptr; }
@@ -339,8 +343,12 @@ protected:
   void complete(operation& op) noexcept;
   void resume_ready() noexcept;
   void deliver() noexcept;
+  // A message that arrived with none queued before it, to the oldest waiting receive.
+  void take_one(std::uint32_t i, std::uint32_t n) noexcept;
   // Hands queued messages to the handler (handlers.hpp).
   void hand_over() noexcept;
+  // A message that arrived with none queued before it, to the handler (handlers.hpp).
+  [[gnu::always_inline]] void hand_one(std::uint32_t i, std::uint32_t n) noexcept;
   // A message for the handler that is not a whole number of its elements.
   [[gnu::cold]] void fail_shape(std::uint32_t n, std::uint32_t elem_size) noexcept;
   // deliver() when it has something to do: a receive started before its
@@ -353,6 +361,7 @@ protected:
     }
   }
   void consume(std::uint32_t i) noexcept;
+  void consume_handled(std::uint32_t i) noexcept;
   void repost_consumed() noexcept;
   void report_credits() noexcept;
   void housekeeping(std::chrono::steady_clock::time_point now) noexcept;

@@ -37,7 +37,6 @@ private:
 struct rx_entry {
   std::uint32_t bytes = 0;
   std::uint32_t imm = 0;
-  bool posted = false;
   void* lent = nullptr;   // the message_view that holds the buffer, if one does
   void* owner = nullptr;  // in a receive pool: the connection's share whose message it holds
 };

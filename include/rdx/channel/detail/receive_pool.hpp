@@ -190,7 +190,6 @@ public:
                                        &link_receives(chain_.get(), repost_.get(), n).native(), &bad);
     const std::uint32_t ok = rc == 0 ? n : receives_before(chain_.get(), repost_.get(), n, bad);
     for (std::uint32_t k = 0; k < ok; ++k) {
-      rx_[repost_[k]].posted = true;
       ++avail_;
       if (pool_share* s = credit_[k]) {
         ++s->returned;
@@ -208,13 +207,10 @@ public:
     // Those not posted stay out of the pool (the worker's connections fail).
     return {rc > 0 ? rc : EINVAL, std::generic_category()};
   }
-  // A receive completion took a posted buffer.
-  void taken(std::uint32_t i) noexcept { rx_[i].posted = false; }
   // A message for a connection that gives no credits any more (failed or
   // gone) took buffer i: its credit went back to the free count when the
   // connection retired, so the buffer is taken from there, and goes back.
   void stray(std::uint32_t i) noexcept {
-    taken(i);
     --avail_;
     queue(i, nullptr);
   }

@@ -36,6 +36,21 @@ inline void engine::dispatch(const completion& c) noexcept {
     }
     return fail(c.error());
   }
+  if (a == message_ring::arrival::message) {
+    const auto i = static_cast<std::uint32_t>(c.wr_id());
+    // The usual cases: no message waits before it, so it goes to the handler,
+    // or to the oldest waiting receive, without a queue.
+    if (ring_.messages_waiting() == 0 && !failed_ && ring_.peer_count_valid()) [[likely]] {
+      if (handler_.call != nullptr) {
+        if (notifications_.empty()) [[likely]] {
+          return hand_one(i, c.byte_len());
+        }
+      } else if (!receives_.empty() && seal_ == nullptr) {
+        return take_one(i, c.byte_len());
+      }
+    }
+    ring_.queue_message(i);
+  }
   if (!ring_.peer_count_valid()) {
     return fail_protocol();
   }
@@ -195,6 +210,30 @@ inline void engine::deliver() noexcept {
   }
 }
 
+// The message in buffer i (n bytes), with none queued before it, to the
+// oldest waiting receive, as deliver() would (inside a poll: the buffer's
+// repost waits for the poll's end).
+inline void engine::take_one(std::uint32_t i, std::uint32_t n) noexcept {
+  operation& op = *receives_.pop();
+  op.bytes_ = n;
+  const bool whole = op.elem_size_ == 1 || n % op.elem_size_ == 0;
+  if (op.kind_ == op_kind::receive_view) {
+    if (whole) {
+      op.dst_ = const_cast<std::byte*>(ring_.data(i));
+      op.p_.slot = i;
+      ring_.lend(i, &op);
+      return complete(op);
+    }
+    op.ec_ = make_error_code(errc::limit_exceeded);
+  } else if (n > op.dst_capacity_ || !whole || (op.exact_ && n != op.dst_capacity_)) {
+    op.ec_ = make_error_code(errc::limit_exceeded);
+  } else {
+    std::memcpy(op.dst_, ring_.data(i), n);
+  }
+  consume(i);
+  complete(op);
+}
+
 // A sealed message (attr_.encrypt), opened for op: in place for a view (the
 // payload follows its sequence number in the lent buffer), else into the
 // receive's memory, which never holds bytes that failed the check. Ends op.
@@ -250,6 +289,14 @@ inline void engine::consume(std::uint32_t i) noexcept {
   ring_.queue_repost(i);
 }
 
+// A buffer a handler took: reposted with a batch of them (message_ring::queue_handled).
+inline void engine::consume_handled(std::uint32_t i) noexcept {
+  if (failed_) [[unlikely]] {
+    return ring_.drop(i);
+  }
+  ring_.queue_handled(i);
+}
+
 // Reposts the taken buffers with one doorbell and counts them; credits go
 // back piggybacked on the next message, or by an RDMA write of the count once
 // a quarter is owed. Only reposted buffers count: the peer's credits never
@@ -278,7 +325,7 @@ inline void engine::report_credits() noexcept {
   if (!q.has_room()) {
     return;  // no room now; progress() tries again
   }
-  send_wr w = ring_.credit_report(peer_credit_);
+  flat_wr w = ring_.credit_report(peer_credit_);
   if (!q.post(w, nullptr, rec_credit)) {
     ring_.reported();
   }

@@ -21,25 +21,15 @@ namespace rdx::detail {
 
 inline std::error_code engine::post_message(const void* data, std::size_t bytes) noexcept {
   thread_check::scope guard(*thread_, "posting a message");
-  if (!open_ || bytes - 1 >= payload_size()) [[unlikely]] {  // open_: connected, not failed, not sealed
-    if (failed_) {
-      return failure_;  // operation_aborted once it is being destroyed
-    }
-    if (!connected_) {
-      return make_error_code(errc::not_ready);
-    }
-    if (bytes == 0) {
-      return make_error_code(errc::invalid_argument);
-    }
-    return make_error_code(attr_.encrypt ? errc::unsupported : errc::limit_exceeded);
+  // open_: connected, not failed, not sealed (so the payload is all of message_size).
+  if (!open_ || bytes - 1 >= attr_.message_size) [[unlikely]] {
+    return post_refused(bytes);
   }
   send_queue& q = sqs_[0];
   // Behind deferred sends (order on the wire is start order), without a
-  // credit, or without room: would block. The queue is covered, so that the
-  // next progress() brings room back.
+  // credit, or without room: would block.
   if (!deferred_.empty() || ring_.credits() == 0 || !q.has_room()) [[unlikely]] {
-    cover_all();
-    return std::make_error_code(std::errc::resource_unavailable_try_again);
+    return post_would_block();
   }
   if (bytes <= q.qp().max_inline_data() && !q.held()) [[likely]] {
     // Inline: the provider copies the payload into the request now.
@@ -52,11 +42,36 @@ inline std::error_code engine::post_message(const void* data, std::size_t bytes)
     ring_.count_sent();
     return no_error();
   }
-  // Larger, or inside a batch (posted later, when data may be gone): a
-  // staging buffer holds the copy until the request retires.
+  return post_staged(data, bytes);
+}
+
+// A post refused before anything is posted: why.
+std::error_code engine::post_refused(std::size_t bytes) const noexcept {
+  if (failed_) {
+    return failure_;  // operation_aborted once it is being destroyed
+  }
+  if (!connected_) {
+    return make_error_code(errc::not_ready);
+  }
+  if (bytes == 0) {
+    return make_error_code(errc::invalid_argument);
+  }
+  return make_error_code(attr_.encrypt ? errc::unsupported : errc::limit_exceeded);
+}
+
+// No credit, room or staging buffer now: the queue is covered, so that the
+// next progress() brings room back.
+std::error_code engine::post_would_block() noexcept {
+  cover_all();
+  return std::make_error_code(std::errc::resource_unavailable_try_again);
+}
+
+// Larger than the inline limit, or inside a batch (posted later, when data
+// may be gone): a staging buffer holds the copy until the request retires.
+std::error_code engine::post_staged(const void* data, std::size_t bytes) noexcept {
+  send_queue& q = sqs_[0];
   if (slots_.staging_empty()) {
-    cover_all();
-    return std::make_error_code(std::errc::resource_unavailable_try_again);
+    return post_would_block();
   }
   const std::uint32_t slot = slots_.take_staging();
   std::memcpy(slots_.staging(slot), data, bytes);
@@ -112,12 +127,32 @@ inline void engine::hand_over() noexcept {
       return;
     }
     h.call(h.store, ring_.data(i), n);
-    consume(i);
+    consume_handled(i);
     if (handler_sets_ != sets) [[unlikely]] {
       if (handler_.call != nullptr) {
         hand_over();
       }
       return;
+    }
+  }
+}
+
+// The message in buffer i (n bytes), with none queued before it: to the
+// handler at once, as hand_over() would.
+inline void engine::hand_one(std::uint32_t i, std::uint32_t n) noexcept {
+  const message_handler h = handler_;  // called from a copy (hand_over)
+  const std::uint32_t sets = handler_sets_;
+  if (h.elem_size != 1 && n % h.elem_size != 0) [[unlikely]] {
+    consume(i);
+    fail_shape(n, h.elem_size);
+    return;
+  }
+  h.call(h.store, ring_.data(i), n);
+  consume_handled(i);
+  // The handler changed, or a poll inside it queued more: as hand_over() goes on.
+  if (handler_sets_ != sets || ring_.messages_waiting() != 0) [[unlikely]] {
+    if (handler_.call != nullptr) {
+      hand_over();
     }
   }
 }
