@@ -159,7 +159,8 @@ void worker_core::tick() noexcept {
   } else if (bounded) {
     sweep_bounded(now);
   }
-  // The next count: to the next sweep, or 64 while a bounded await exists.
+  // The next count: to the next sweep, or 64 while a bounded await exists
+  // (read again: the sweep may have ended the last one).
   tick_len_ = head_[wl_bounded] != nullptr ? 64 : 1024 - polls_;
   tick_in_ = tick_len_;
 }
