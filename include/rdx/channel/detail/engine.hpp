@@ -5,7 +5,7 @@
 // Its member functions are defined in the files of engine_parts/, each of
 // which includes this one: engine_setup.hpp (construction, connect),
 // progress.hpp (the progress loop), dispatch.hpp (each completion,
-// delivery, deadlines, failure), lifetime.hpp (withdrawal, moves,
+// delivery), failure.hpp (deadlines, the watchdog, failure), lifetime.hpp (withdrawal, moves,
 // teardown), events.hpp (event mode), posting.hpp (start functions),
 // striping.hpp (a write's or read's requests, chunks and pacing),
 // grants.hpp and device_events.hpp (the device's asynchronous events);
@@ -99,16 +99,7 @@ public:
   void point_records(operation& op, operation* to) noexcept;
   void add_bounded(bounded_awaiter_base& a) noexcept;
   void remove_bounded(bounded_awaiter_base& a) noexcept;
-  void signal_stop() noexcept {
-    stop_requests_.fetch_add(1, std::memory_order_release);
-    if (worker_ != nullptr) {
-      worker_->signal_stop();
-    } else if (wake_fd_ >= 0) {
-      const std::uint64_t one = 1;
-      // Fails only when the counter is full: the reader is woken already.
-      (void)(::write(wake_fd_, &one, sizeof one) < 0);
-    }
-  }
+  void signal_stop() noexcept;
 
   // --- used by windows and channels (posting.hpp) -----------------------------
 

@@ -9,6 +9,7 @@
 #include <rdx/channel/detail/engine_parts/dispatch.hpp>
 #include <rdx/channel/detail/engine_parts/engine_setup.hpp>
 #include <rdx/channel/detail/engine_parts/events.hpp>
+#include <rdx/channel/detail/engine_parts/failure.hpp>
 #include <rdx/channel/detail/engine_parts/grants.hpp>
 #include <rdx/channel/detail/engine_parts/handlers.hpp>
 #include <rdx/channel/detail/engine_parts/lifetime.hpp>

@@ -8,6 +8,18 @@
 
 namespace rdx::detail {
 
+// A stop request (connection::request_stop): counted, and the sleeper woken.
+inline void engine::signal_stop() noexcept {
+  stop_requests_.fetch_add(1, std::memory_order_release);
+  if (worker_ != nullptr) {
+    worker_->signal_stop();
+  } else if (wake_fd_ >= 0) {
+    const std::uint64_t one = 1;
+    // Fails only when the counter is full: the reader is woken already.
+    (void)(::write(wake_fd_, &one, sizeof one) < 0);
+  }
+}
+
 // --- event mode ---------------------------------------------------------------------
 
 inline std::error_code engine::arm() noexcept {
