@@ -169,3 +169,33 @@ TEST_CASE("pacing off: chunks are chunk_size and nothing is paced") {
   CHECK(std::memcmp(target.data(), src.data(), n) == 0);
   CHECK(p.a.pacing().in_flight == 0);
 }
+
+TEST_CASE("pacing off: a write or read of 4 KiB or less is one request across a chunk boundary") {
+  pair p(rdx::connection_attr{.queue_pairs = 2, .recv_depth = 4, .chunk_size = 4 * KiB});
+  constexpr std::size_t n = 16 * KiB;
+  auto target = rdx::make_window_buffer<std::byte, rights::read | rights::write>(p.pd, n);
+  rdx::grant<std::byte, rights::read | rights::write> g(p.b, target);
+  rdx::remote_window<std::byte, rights::read | rights::write> w(p.a, g.descriptor());
+  rdx::registered_buffer<std::byte> src(p.pd, n), back(p.pd, n);
+  fill(src.span(), 11);
+  const rdx::local_span<const std::byte> all(src);
+  // 4 KiB from 2 KiB crosses the boundary at 4 KiB: one request all the same.
+  std::uint64_t before = p.a.posted_count();
+  auto one = w.write(all.subspan(0, 4 * KiB), 2 * KiB);
+  CHECK(p.a.posted_count() - before == 1);
+  REQUIRE(one.wait(30s) == std::error_code{});
+  CHECK(std::memcmp(target.data() + 2 * KiB, src.data(), 4 * KiB) == 0);
+  // One byte more is cut at the boundary: 2 KiB, then 2 KiB and a byte.
+  fill(src.span(), 12);
+  before = p.a.posted_count();
+  auto two = w.write(all.subspan(0, 4 * KiB + 1), 2 * KiB);
+  CHECK(p.a.posted_count() - before == 2);
+  REQUIRE(two.wait(30s) == std::error_code{});
+  CHECK(std::memcmp(target.data() + 2 * KiB, src.data(), 4 * KiB + 1) == 0);
+  // A read of 4 KiB across a boundary is one request too, and brings the bytes back.
+  before = p.a.posted_count();
+  auto read = w.read(rdx::local_span<std::byte>(back).subspan(0, 4 * KiB), 6 * KiB);
+  CHECK(p.a.posted_count() - before == 1);
+  REQUIRE(read.wait(30s) == std::error_code{});
+  CHECK(std::memcmp(back.data(), target.data() + 6 * KiB, 4 * KiB) == 0);
+}

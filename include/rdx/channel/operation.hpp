@@ -70,19 +70,22 @@ enum class op_kind : std::uint8_t {
 
 constexpr std::uint32_t no_slot = 0xffffffffu;
 
+// What an operation posts. The fields a start sets come first; those that start
+// at zero follow, next to operation's own zero fields, so that making an
+// operation writes them with a few wide stores.
 struct op_params {
-  std::uint64_t laddr = 0;       // local address (the staging slot's once a send is deferred)
-  std::uint64_t raddr = 0;       // remote address
-  std::uint64_t length = 0;      // bytes in all
-  std::uint64_t posted = 0;      // bytes posted so far (striped writes and reads)
-  std::uint64_t operand = 0;     // fetch_add's addend, or compare_swap's compare
-  std::uint64_t swap_value = 0;  // compare_swap's swap
+  std::uint64_t laddr = 0;   // local address (the staging slot's once a send is deferred)
+  std::uint64_t raddr = 0;   // remote address
+  std::uint64_t length = 0;  // bytes in all
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
-  std::uint32_t tag = 0;           // notification tag
-  std::uint32_t slot = no_slot;    // staging slot a deferred send holds; a message_view's ring buffer
-  std::uint32_t qp = 0;            // queue pair of the last posted request
   std::uint32_t window = no_slot;  // the peer's keys per queue pair (engine::add_peer_window), or rkey
+  std::uint32_t slot = no_slot;    // staging slot a deferred send holds; a message_view's ring buffer
+  std::uint64_t operand = 0;       // fetch_add's addend, or compare_swap's compare
+  std::uint64_t swap_value = 0;    // compare_swap's swap
+  std::uint32_t tag = 0;           // notification tag
+  std::uint32_t qp = 0;            // queue pair of the last posted request
+  std::uint64_t posted = 0;        // bytes posted so far (striped writes and reads)
   std::uint64_t seq = 0;           // its send_queue sequence number (moves and withdrawals find it at once)
 };
 
@@ -226,23 +229,25 @@ private:
   // The destructor's work for a pending, listed or lending operation (kept out of line).
   [[gnu::noinline]] inline void leave() noexcept;
 
+  // Ordered so that the fields that start at zero follow p_'s zero tail, and
+  // the few that do not (kind_, elem_size_) come last.
   connection* conn_ = nullptr;
   std::error_code ec_ = detail::no_error();
+  detail::op_params p_{};
   std::coroutine_handle<> waiter_{};
   detail::bounded_awaiter_base* bounded_ = nullptr;  // the bounded await suspended on it
   operation* prev_ = nullptr;                        // intrusive list links (op_list)
   operation* next_ = nullptr;
   std::byte* dst_ = nullptr;  // receive destination
-  detail::op_params p_{};
   std::uint64_t value_ = 0;
   std::uint32_t pending_ = 0;  // posted work requests not yet retired
   std::uint32_t bytes_ = 0;
   std::uint32_t dst_capacity_ = 0;
-  std::uint32_t elem_size_ = 1;  // a received message must be a multiple of it
-  detail::op_kind kind_ = detail::op_kind::none;
   detail::op_list list_ = detail::op_list::none;
   bool exact_ = false;  // a received message must fill dst exactly
   bool done_ = false;
+  detail::op_kind kind_ = detail::op_kind::none;
+  std::uint32_t elem_size_ = 1;  // a received message must be a multiple of it
 };
 
 //! The awaiter of op.until(), op.within() and op.stop_on().

@@ -377,9 +377,9 @@ private:
         detail::start_access::make(*conn_, cas ? detail::op_kind::compare_swap : detail::op_kind::fetch_add,
                                    {.raddr = d_.memory.addr + index * 8,
                                     .length = 8,
+                                    .rkey = d_.memory.rkey,
                                     .operand = a,
-                                    .swap_value = b,
-                                    .rkey = d_.memory.rkey});
+                                    .swap_value = b});
     detail::engine& e = detail::start_access::of(*conn_);
     if (std::error_code ec = check(index, 1)) {
       e.fail_now(op, ec);

@@ -254,8 +254,8 @@ protected:
   std::uint32_t holds_ = 0;  // batch() calls under way: every send queue is held
   remote_descriptor peer_credit_{};
   connect_options opt_{};
-  std::uint64_t rr_ = 0;
-  std::uint64_t chunk_ = 0;  // striping chunk: attr_.chunk_size; 1 when paced (see engine_setup)
+  std::uint64_t rr_ = 0, chunk_ = 0;  // striping chunk: attr_.chunk_size; 1 when paced (see engine_setup)
+  std::uint64_t whole_ = 0;           // a write or read of at most this is one request (engine_setup)
   // Pacing (attr_.pacing): the window, each queue pair's paced chunks, the bytes in flight.
   bool pacing_ = false;
   pacing_window pacer_;

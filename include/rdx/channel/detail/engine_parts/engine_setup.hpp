@@ -78,6 +78,9 @@ inline engine::engine(std::shared_ptr<worker_core> w, const protection_domain& p
   qps_.reserve(attr_.queue_pairs);
   sqs_.reserve(attr_.queue_pairs);
   chunk_ = attr_.chunk_size;
+  // A write or read of a page or less is one request wherever it lies: split
+  // at a chunk boundary it would only cost a second request (paced: none).
+  whole_ = attr_.pacing ? 0 : 4096;
   pacing_ = attr_.pacing;
   if (pacing_) {
     // A chunk of 1 byte sends every write and read of more than a byte to

@@ -13,8 +13,8 @@ namespace rdx::detail {
 engine::post_result engine::post_rdma(operation& op) noexcept {
   op_params& p = op.p_;
   const std::uint64_t len = p.length - p.posted;
-  // More than one chunk: post_chunks, one doorbell per queue pair.
-  if (len > chunk_left(p)) {
+  // More than a page across a chunk boundary: post_chunks, one doorbell per queue pair.
+  if (len > whole_ && len > chunk_left(p)) {
     return post_chunks(op);
   }
   const std::uint32_t qi = next_qp();
