@@ -58,7 +58,7 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 
 echo "== configure and build" | tee "$OUT/build.log"
 targets=(cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test
-         cuda_register_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor
+         cuda_register_test cuda_device_select_test cuda_gpu_info cuda_staging_throughput gpu_pingpong devinfo rdx-doctor
          cuda_same_host_test cuda_same_host_bench cuda_same_host_choice_test
          cuda_alltoall_blocks_test alltoall)
 if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -75,6 +75,7 @@ fi
 echo "== tests"
 (cd "$BUILD" && ctest -R '^cuda_' -LE rdma --output-on-failure -V) >"$OUT/ctest.log" 2>&1
 for t in cuda_topology_test cuda_memory_test cuda_pattern_test cuda_staging_test cuda_probe_test cuda_register_test \
+         cuda_device_select_test \
          cuda_same_host_choice_test cuda_same_host_vmm cuda_same_host_legacy cuda_same_host_exporter_exit \
          cuda_same_host_grant_refused cuda_same_host_same_process cuda_alltoall_blocks_test; do
   line=$(grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: $t " "$OUT/ctest.log" | tail -1)

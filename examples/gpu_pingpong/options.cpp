@@ -1,6 +1,8 @@
 // gpu_pingpong's command line: --help's text and the parser.
 #include "options.hpp"
 
+#include <rdx/cuda/device_select.hpp>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +21,8 @@ void usage(std::FILE* f) {
       "path)\n"
       "  --size N[K|M|G]            bytes per message (default 64M)\n"
       "  --iters N                  timed round trips (default 10), --warmup N (default 2)\n"
-      "  --gpu N                    CUDA device (default 0); the RDMA device is RDX_DEVICE or the nearest\n"
+      "  --gpu N|UUID               CUDA device by ordinal (default 0) or UUID (GPU-..., nvidia-smi -L);\n"
+      "                             the RDMA device is RDX_DEVICE or the nearest\n"
       "  --chunk N[K|M]             largest staging chunk, a multiple of 4K (default 16M); --depth N bounce "
       "buffers "
       "(default 2)\n"
@@ -53,7 +56,9 @@ options parse(int argc, char** argv) {
     } else if (r.match({"--warmup"}, &v)) {
       o.warmup = static_cast<int>(parse_number("--warmup", v, 0, 1u << 30));
     } else if (r.match({"--gpu"}, &v)) {
-      o.gpu = static_cast<int>(parse_number("--gpu", v, 0, 1023));
+      // An ordinal this process sees, or a UUID (nvidia-smi -L), which names the same GPU in
+      // every process whatever CUDA_VISIBLE_DEVICES says; either refused naming what is seen.
+      o.gpu = rdx::cuda::select_device(v);
     } else if (r.match({"--chunk"}, &v)) {
       o.chunk = parse_number("--chunk", v, 1, std::uint64_t{1} << 32, true);
     } else if (r.match({"--depth"}, &v)) {

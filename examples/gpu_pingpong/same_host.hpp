@@ -53,8 +53,9 @@ inline int run_same_host(const same_host_settings& o) {
   RDX_CUDA_TRY(cudaDeviceSynchronize());
   const auto grant = peer.grant(mine, 0, o.size, rdx::rights::write);
   auto window = peer.accept_window<std::byte>(std::chrono::seconds(o.timeout_s));
-  std::printf("gpu_pingpong %s: granted %zu bytes (%zu exposed, whole allocation), window by %s\n",
-              o.client ? "client" : "server", grant.size_bytes(), grant.exposed_bytes(), window.sharing());
+  std::printf("gpu_pingpong %s: granted %zu bytes (%zu exposed, whole allocation), window by %s, %s\n",
+              o.client ? "client" : "server", grant.size_bytes(), grant.exposed_bytes(), window.sharing(),
+              window.route_text().c_str());
   const auto deadline = std::chrono::seconds(o.timeout_s);
   const auto expect = [&](int i) {
     auto n = peer.receive_notification();

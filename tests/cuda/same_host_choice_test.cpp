@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <cstring>
 #include <string>
 
@@ -151,4 +152,39 @@ TEST_CASE("bad socket paths are refused before anything is opened", "[unit][same
   CHECK_THROWS_AS(cu::detail::unix_address("", a), rdx::error);
   CHECK_THROWS_AS(cu::detail::unix_address(std::string(200, 'x'), a), rdx::error);
   CHECK(cu::detail::unix_address("@rdx-test", a) > 0);
+}
+
+TEST_CASE("a GPU's UUID read back from its text, as nvidia-smi -L prints it", "[unit][same_host]") {
+  cu::gpu_uuid u{};
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] = static_cast<std::uint8_t>(0x8f - 7 * i);
+  const std::string text = cu::to_string(u);
+  CHECK(text.size() == 40);
+  CHECK(cu::parse_gpu_uuid(text) == u);
+  std::string upper = text;
+  for (std::size_t i = 4; i < upper.size(); ++i) upper[i] = static_cast<char>(std::toupper(upper[i]));
+  CHECK(cu::parse_gpu_uuid(upper) == u);
+  CHECK(cu::parse_gpu_uuid("GPU-8f6c1d2e-0b3a-4c5d-9e8f-0123456789ab").has_value());
+  CHECK_FALSE(cu::parse_gpu_uuid("").has_value());
+  CHECK_FALSE(cu::parse_gpu_uuid("0").has_value());
+  CHECK_FALSE(cu::parse_gpu_uuid(text.substr(4)).has_value());                              // no GPU- prefix
+  CHECK_FALSE(cu::parse_gpu_uuid("MIG-" + text.substr(4)).has_value());                     // a MIG instance
+  CHECK_FALSE(cu::parse_gpu_uuid(text + "0").has_value());                                  // too long
+  CHECK_FALSE(cu::parse_gpu_uuid("GPU-8f6c1d2e0-b3a-4c5d-9e8f-0123456789ab").has_value());  // a dash moved
+  CHECK_FALSE(cu::parse_gpu_uuid("GPU-8f6c1d2e-0b3a-4c5d-9e8f-0123456789ag").has_value());  // not hex
+}
+
+TEST_CASE("a window's route to another GPU: mapped here by P2P, else staged on the memory's GPU",
+          "[unit][same_host]") {
+  const cu::gpu_route_choice same = cu::choose_gpu_route(1, 1, false);
+  CHECK(same.route == cu::gpu_route::same_gpu);
+  CHECK(same.map_on == 1);
+  const cu::gpu_route_choice p2p = cu::choose_gpu_route(0, 1, true);
+  CHECK(p2p.route == cu::gpu_route::peer_to_peer);
+  CHECK(p2p.map_on == 0);  // mapped with access for this process's GPU
+  CHECK(p2p.why == "P2P from GPU 0 to GPU 1");
+  const cu::gpu_route_choice staged = cu::choose_gpu_route(0, 1, false);
+  CHECK(staged.route == cu::gpu_route::staged);
+  CHECK(staged.map_on == 1);  // mapped on the memory's own GPU, which needs no peer access
+  CHECK(staged.why.find("staged through host memory") != std::string::npos);
+  CHECK(staged.why.find("cudaDeviceCanAccessPeer") != std::string::npos);
 }

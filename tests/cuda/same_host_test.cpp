@@ -117,7 +117,9 @@ void both_ways(same_host_peer& p, bool first, std::size_t n) {
   CHECK(g.size_bytes() == n);
   auto w = p.accept_window<std::uint8_t>();
   CHECK(w.size() == n);
-  std::printf("[%s] window of %zu bytes by %s\n", who, w.size(), w.sharing());
+  std::printf("[%s] window of %zu bytes by %s, %s\n", who, w.size(), w.sharing(), w.route_text().c_str());
+  // Both processes use CUDA device 0 (same_host_options::device) here.
+  CHECK(w.route() == cu::gpu_route::same_gpu);
   // the peer's buffer gets their_seed: write all but the first 4 KiB, then those (both ways of ending).
   auto big = w.write_with_notify(std::span<const std::uint8_t>(src.data() + 4096, n - 4096), 4096, 1);
   CHECK_EC(big.wait(), ok);

@@ -26,6 +26,7 @@
 #include <rdx/cuda/detail/mapping_cache.hpp>
 #include <rdx/cuda/detail/peer_state.hpp>
 #include <rdx/cuda/detail/unix_socket.hpp>
+#include <rdx/cuda/device_select.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/same_host_operation.hpp>
 #include <rdx/cuda/same_host_types.hpp>
@@ -157,9 +158,18 @@ public:
     if (!why.empty()) {
       rdx::detail::throw_rdx(errc::unsupported, "same-host accept_window: " + why);
     }
+    // The memory's GPU, as this process numbers it: mapped here (the same GPU, or one reached by
+    // P2P), else on that GPU with copies staged through host memory.
+    const int local = st_->options().device;
+    const int memory = device_of(f.gpu);
+    int p2p = 0;
+    if (memory != local) {
+      RDX_CUDA_TRY(cudaDeviceCanAccessPeer(&p2p, local, memory));
+    }
     same_host_window<T> w;
-    w.map_ =
-        detail::mapping_cache::instance().get(st_->peer().process_token, f, got->fd, st_->options().device);
+    w.route_ = choose_gpu_route(local, memory, p2p != 0);
+    w.local_ = local;
+    w.map_ = detail::mapping_cache::instance().get(st_->peer().process_token, f, got->fd, w.route_.map_on);
     w.st_ = st_;
     w.base_ = reinterpret_cast<T*>(w.map_->base() + f.offset);
     w.count_ = f.length / sizeof(T);

@@ -4,6 +4,7 @@
 // the frames the two processes exchange over their Unix-domain socket.
 #pragma once
 
+#include <rdx/detail/hex.hpp>
 #include <rdx/error.hpp>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -36,6 +38,59 @@ using gpu_uuid = std::array<std::uint8_t, 16>;
     s += hex[u[i] & 15];
   }
   return s;
+}
+
+//! A GPU's UUID from its text as to_string() and `nvidia-smi -L` write it: "GPU-" and 32 hex
+//! digits (either case) grouped 8-4-4-4-12. Empty for any other text.
+[[nodiscard]] inline std::optional<gpu_uuid> parse_gpu_uuid(std::string_view text) {
+  if (text.size() != 40 || text.substr(0, 4) != "GPU-") {
+    return std::nullopt;
+  }
+  gpu_uuid u{};
+  std::size_t at = 4;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) {
+      if (text[at++] != '-') {
+        return std::nullopt;
+      }
+    }
+    const int hi = rdx::detail::hex_value(text[at]);
+    const int lo = rdx::detail::hex_value(text[at + 1]);
+    if (hi < 0 || lo < 0) {
+      return std::nullopt;
+    }
+    u[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+    at += 2;
+  }
+  return u;
+}
+
+//! How a window's copies reach memory that lies on a GPU of the host.
+enum class gpu_route : std::uint8_t {
+  same_gpu,      //!< the memory is on this process's GPU
+  peer_to_peer,  //!< on another GPU this one reaches by P2P (NVLink or PCIe): mapped here, copied directly
+  staged,        //!< on another GPU without P2P from this one: copied through host memory by the driver
+};
+//! Where a window maps the memory and how it copies (choose_gpu_route()).
+struct gpu_route_choice {
+  gpu_route route = gpu_route::same_gpu;  //!< the route
+  int map_on = 0;                         //!< the CUDA device the mapping is made on (given access)
+  std::string why;                        //!< what the window's route() says
+};
+//! The route from this process's GPU `local` to memory on GPU `memory` (CUDA ordinals here):
+//! `p2p` is whether local can access memory's GPU (cudaDeviceCanAccessPeer). Without P2P the
+//! mapping is made on the memory's own GPU and each copy goes by cudaMemcpyPeerAsync, which the
+//! driver stages through host memory.
+[[nodiscard]] inline gpu_route_choice choose_gpu_route(int local, int memory, bool p2p) {
+  if (local == memory) {
+    return {gpu_route::same_gpu, local, "same GPU (CUDA device " + std::to_string(local) + ")"};
+  }
+  const std::string pair = "GPU " + std::to_string(local) + " to GPU " + std::to_string(memory);
+  if (p2p) {
+    return {gpu_route::peer_to_peer, local, "P2P from " + pair};
+  }
+  return {gpu_route::staged, memory,
+          "staged through host memory: no P2P access from " + pair + " (cudaDeviceCanAccessPeer)"};
 }
 
 //! This boot's id (/proc/sys/kernel/random/boot_id): equal in two processes only on one host

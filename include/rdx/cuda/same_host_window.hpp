@@ -136,8 +136,12 @@ public:
     return kind_ == detail::share_kind::vmm ? "vmm" : "legacy-ipc";
   }
   //! The granted range as a device pointer of this process: kernels of this process may use it
-  //! directly (within the granted rights; nothing checks them there).
+  //! directly (within the granted rights; nothing checks them there), except on the staged route.
   [[nodiscard]] T* data() const noexcept { return base_; }
+  //! How copies reach the memory: the same GPU, P2P, or staged through host memory.
+  [[nodiscard]] gpu_route route() const noexcept { return route_.route; }
+  //! route() in words, with the GPUs: "P2P from GPU 0 to GPU 1", "staged through host memory: ...".
+  [[nodiscard]] const std::string& route_text() const noexcept { return route_.why; }
 
   //! Copies src (device memory of this process) to elements [offset, offset + src.size()).
   [[nodiscard]] peer_operation write(std::span<const T> src, std::size_t offset) noexcept {
@@ -169,7 +173,11 @@ private:
     } else if (st_->revoked(id_)) {
       detail::peer_state::fail_now(node, make_error_code(errc::rejected));
     } else {
-      st_->start_copy(node, dst, src, n * sizeof(T), map_.get(), notify, tag, id_);
+      // Staged: the mapping is on the memory's GPU, the caller's buffer on this process's.
+      const int there = map_->device();
+      const bool to_peer = need == rights::write;
+      st_->start_copy(node, dst, src, n * sizeof(T), map_.get(), notify, tag, id_, to_peer ? there : local_,
+                      to_peer ? local_ : there);
     }
     return op;
   }
@@ -187,6 +195,8 @@ private:
   rights rights_ = rights::none;
   std::uint64_t id_ = 0;
   detail::share_kind kind_ = detail::share_kind::vmm;
+  gpu_route_choice route_{};
+  int local_ = 0;  // this process's GPU (same_host_options::device)
 };
 
 }  // namespace rdx::cuda

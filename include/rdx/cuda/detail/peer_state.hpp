@@ -35,9 +35,11 @@ public:
   //! is left behind.
   peer_state(unique_fd sock, const same_host_options& o) : peer_resources(std::move(sock), o) {}
 
-  //! Queues a copy and its event; the operation ends when progress finds the event done.
+  //! Queues a copy and its event; the operation ends when progress finds the event done. dst and
+  //! src lie on CUDA devices dst_dev and src_dev: on two (a staged route) the copy goes by
+  //! cudaMemcpyPeerAsync, which needs no P2P access (the driver stages it through host memory).
   void start_copy(op_node& op, void* dst, const void* src, std::size_t n, const mapping* m, bool notify,
-                  std::uint32_t tag, std::uint64_t grant) noexcept {
+                  std::uint32_t tag, std::uint64_t grant, int dst_dev, int src_dev) noexcept {
     if (std::error_code ec = usable()) {
       return fail_now(op, ec);
     }
@@ -48,8 +50,9 @@ public:
       return fail_now(op, make_error_code(errc::limit_exceeded));
     }
     cudaStream_t s = stream();
-    cudaError_t e = opt_.copier != nullptr ? opt_.copier(dst, src, n, s)
-                                           : cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
+    cudaError_t e = dst_dev != src_dev       ? cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, n, s)
+                    : opt_.copier != nullptr ? opt_.copier(dst, src, n, s)
+                                             : cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
     const std::size_t i = (head_ + count_) % slots_.size();
     if (e == cudaSuccess) {
       e = cudaEventRecord(slots_[i].ev, s);
