@@ -26,7 +26,6 @@
 #include <rdx/cuda/detail/mapping_cache.hpp>
 #include <rdx/cuda/detail/peer_state.hpp>
 #include <rdx/cuda/detail/unix_socket.hpp>
-#include <rdx/cuda/device_select.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/same_host_operation.hpp>
 #include <rdx/cuda/same_host_types.hpp>
@@ -154,21 +153,20 @@ public:
                                                     std::to_string(sizeof(T)));
     }
     refuse_same_process("accept_window");
-    const std::string why = gpu_problem(f.gpu);
-    if (!why.empty()) {
-      rdx::detail::throw_rdx(errc::unsupported, "same-host accept_window: " + why);
-    }
     // The memory's GPU, as this process numbers it: mapped here (the same GPU, or one reached by
     // P2P), else on that GPU with copies staged through host memory.
+    const int memory = local_ordinal(f.gpu);
+    if (memory < 0) {
+      rdx::detail::throw_rdx(errc::unsupported, "same-host accept_window: the GPU " + to_string(f.gpu) +
+                                                    " holding the memory is not visible in this process");
+    }
     const int local = st_->options().device;
-    const int memory = device_of(f.gpu);
     int p2p = 0;
     if (memory != local) {
       RDX_CUDA_TRY(cudaDeviceCanAccessPeer(&p2p, local, memory));
     }
     same_host_window<T> w;
     w.route_ = choose_gpu_route(local, memory, p2p != 0);
-    w.local_ = local;
     w.map_ = detail::mapping_cache::instance().get(st_->peer().process_token, f, got->fd, w.route_.map_on);
     w.st_ = st_;
     w.base_ = reinterpret_cast<T*>(w.map_->base() + f.offset);
@@ -223,14 +221,16 @@ private:
                                  "handles; use the device pointer directly (transport::same_process)");
     }
   }
-  // Why the peer's GPU u cannot be mapped here ("" when it can).
-  [[nodiscard]] std::string gpu_problem(const gpu_uuid& u) const {
-    for (const gpu_uuid& mine : st_->me().gpus) {
-      if (mine == u) {
-        return {};
+  // The CUDA ordinal in this process of GPU u (the hello listed this process's GPUs by ordinal),
+  // or -1 when this process does not see it.
+  [[nodiscard]] int local_ordinal(const gpu_uuid& u) const {
+    const std::vector<gpu_uuid>& mine = st_->me().gpus;
+    for (std::size_t d = 0; d < mine.size(); ++d) {
+      if (mine[d] == u) {
+        return static_cast<int>(d);
       }
     }
-    return "the GPU " + to_string(u) + " holding the memory is not visible in this process";
+    return -1;
   }
   // The checked grant frame, or the reason it is refused, before anything is exported.
   [[nodiscard]] detail::frame grant_frame(std::size_t size, std::size_t offset, std::size_t count,

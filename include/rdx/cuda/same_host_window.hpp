@@ -174,10 +174,11 @@ private:
       detail::peer_state::fail_now(node, make_error_code(errc::rejected));
     } else {
       // Staged: the mapping is on the memory's GPU, the caller's buffer on this process's.
+      const int here = st_->options().device;
       const int there = map_->device();
       const bool to_peer = need == rights::write;
-      st_->start_copy(node, dst, src, n * sizeof(T), map_.get(), notify, tag, id_, to_peer ? there : local_,
-                      to_peer ? local_ : there);
+      st_->start_copy(node, dst, src, n * sizeof(T), map_.get(), notify, tag, id_, to_peer ? there : here,
+                      to_peer ? here : there);
     }
     return op;
   }
@@ -196,7 +197,6 @@ private:
   std::uint64_t id_ = 0;
   detail::share_kind kind_ = detail::share_kind::vmm;
   gpu_route_choice route_{};
-  int local_ = 0;  // this process's GPU (same_host_options::device)
 };
 
 }  // namespace rdx::cuda

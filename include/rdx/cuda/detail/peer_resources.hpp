@@ -10,6 +10,7 @@
 #include <rdx/cuda/detail/mapping_cache.hpp>
 #include <rdx/cuda/detail/op_node.hpp>
 #include <rdx/cuda/detail/unix_socket.hpp>
+#include <rdx/cuda/device_select.hpp>
 #include <rdx/cuda/memory.hpp>
 #include <rdx/cuda/same_host_types.hpp>
 
@@ -79,13 +80,9 @@ public:
     me_.boot_id = read_boot_id();
     me_.pid = static_cast<std::int64_t>(::getpid());
     me_.process_token = process_token();
-    const int n = device_count();
-    for (int d = 0; d < n && d < static_cast<int>(max_frame_gpus); ++d) {
-      cudaDeviceProp p{};
-      RDX_CUDA_TRY(cudaGetDeviceProperties(&p, d));
-      gpu_uuid u{};
-      std::memcpy(u.data(), &p.uuid, u.size());
-      me_.gpus.push_back(u);
+    me_.gpus = visible_gpus();
+    if (me_.gpus.size() > max_frame_gpus) {
+      me_.gpus.resize(max_frame_gpus);  // the hello frame's room
     }
     me_.device = static_cast<std::uint32_t>(opt_.device);
     const frame h = hello_frame(me_);
