@@ -719,8 +719,8 @@ void run(const options& o) {
   }
 
   // A one-sided operation and its completion: plain verbs post a signaled
-  // request and poll for it; rdx starts the window operation, covers (what
-  // wait() does first), tests it once it has completed and destroys it.
+  // request and poll for it; rdx starts the window operation, tests it once
+  // it has completed (test() covers first, as wait() does) and destroys it.
   auto one_sided = [&](const char* op, ibv_wr_opcode opcode, const ibv_sge& sge, std::uint64_t raddr,
                        std::uint32_t rkey, auto start) {
     if (!r.wanted(op)) return;
@@ -730,7 +730,6 @@ void run(const options& o) {
       collect(m);
       {
         rdx::operation x = start();
-        f.ca.cover();
         collect(m);
         r.settle();
         collect(m);

@@ -420,8 +420,7 @@ protected:
   [[nodiscard, gnu::always_inline]] std::uint32_t next_qp() const noexcept {
     return nqp_ == 1 ? 0 : static_cast<std::uint32_t>(rr_ % nqp_);
   }
-  // The write or read of op's next len bytes on queue pair qi. A window's key
-  // is per queue pair (each memory window is bound to one).
+  // The write or read of op's next len bytes on queue pair qi (a window's key is per queue pair).
   [[nodiscard, gnu::always_inline]] flat_wr chunk_request(const operation& op, std::uint64_t len,
                                                           std::uint32_t qi) const noexcept {
     const op_params& p = op.p_;
@@ -438,6 +437,7 @@ protected:
   // Whether progress should look for a tail to probe (pacing, bytes in flight).
   [[nodiscard]] bool tails_in_flight() const noexcept { return pacing_ && paced_bytes_ != 0; }
   [[gnu::noinline]] inline post_result post_rdma(operation& op) noexcept;
+  [[gnu::noinline]] inline post_result post_atomic(operation& op) noexcept;
   [[gnu::noinline, gnu::cold]] inline post_result refused(operation& op, std::error_code ec) noexcept;
   void pump() noexcept;
   void defer(operation& op) noexcept;

@@ -103,7 +103,34 @@ inline void engine::start_atomic(operation& op) noexcept {
   if (!open_ && (unsealed_refused(op) || !usable(op))) [[unlikely]] {
     return;
   }
-  submit(op);
+  if (!deferred_.empty() || post_atomic(op) == post_result::blocked) {
+    defer(op);  // submit(), without the switch
+  }
+}
+
+// A fetch_add or compare_swap: one request on the first queue pair, its result
+// into an atomic slot.
+engine::post_result engine::post_atomic(operation& op) noexcept {
+  op_params& p = op.p_;
+  send_queue& q0 = sqs_[0];
+  if (slots_.atomics_empty() || !q0.has_room()) {
+    return post_result::blocked;
+  }
+  const std::uint32_t slot = slots_.take_atomic();
+  flat_wr w{
+      .sge = slots_.atomic_sge(slot),
+      .remote_addr = p.raddr,
+      .compare_add = p.operand,
+      .swap = p.swap_value,
+      .rkey = p.rkey,
+      .opcode = op.kind_ == op_kind::compare_swap ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD};
+  p.seq = q0.next_seq();
+  if (std::error_code ec = q0.post(w, &op, rec_atomic, slot)) [[unlikely]] {
+    slots_.give_atomic(slot);
+    return refused(op, ec);
+  }
+  op.pending_ = 1;
+  return post_result::all;
 }
 
 // A send of bytes may start: the connection is usable and the size is one
@@ -277,26 +304,7 @@ inline engine::post_result engine::post_some(operation& op) noexcept {
     case op_kind::write:
     case op_kind::read: return post_rdma(op);
     case op_kind::fetch_add:
-    case op_kind::compare_swap: {
-      if (slots_.atomics_empty() || !q0.has_room()) {
-        return post_result::blocked;
-      }
-      const std::uint32_t slot = slots_.take_atomic();
-      flat_wr w{.sge = slots_.atomic_sge(slot),
-                .remote_addr = p.raddr,
-                .compare_add = p.operand,
-                .swap = p.swap_value,
-                .rkey = p.rkey,
-                .opcode = op.kind_ == op_kind::compare_swap ? IBV_WR_ATOMIC_CMP_AND_SWP
-                                                            : IBV_WR_ATOMIC_FETCH_AND_ADD};
-      p.seq = q0.next_seq();
-      if ((ec = q0.post(w, &op, rec_atomic, slot))) {
-        slots_.give_atomic(slot);
-      } else {
-        op.pending_ = 1;
-      }
-      break;
-    }
+    case op_kind::compare_swap: return post_atomic(op);
     case op_kind::send: {
       if (ring_.credits() == 0 || !q0.has_room()) {
         return post_result::blocked;
