@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -152,6 +153,17 @@ TEST_CASE("bad socket paths are refused before anything is opened", "[unit][same
   CHECK_THROWS_AS(cu::detail::unix_address("", a), rdx::error);
   CHECK_THROWS_AS(cu::detail::unix_address(std::string(200, 'x'), a), rdx::error);
   CHECK(cu::detail::unix_address("@rdx-test", a) > 0);
+}
+
+TEST_CASE("a GPU's ordinal found by its UUID in a process's list", "[unit][same_host]") {
+  std::vector<cu::gpu_uuid> gpus(3);
+  for (std::size_t d = 0; d < gpus.size(); ++d) gpus[d].fill(static_cast<std::uint8_t>(0x10 + d));
+  CHECK(cu::ordinal_in(gpus, gpus[0]) == 0);
+  CHECK(cu::ordinal_in(gpus, gpus[2]) == 2);
+  cu::gpu_uuid other{};
+  other.fill(0x7f);
+  CHECK(cu::ordinal_in(gpus, other) == -1);
+  CHECK(cu::ordinal_in({}, gpus[1]) == -1);
 }
 
 TEST_CASE("a GPU's UUID read back from its text, as nvidia-smi -L prints it", "[unit][same_host]") {

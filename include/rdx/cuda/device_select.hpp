@@ -38,10 +38,8 @@ namespace rdx::cuda {
 //! @throws rdx::error (errc::invalid_argument) naming every GPU this process sees when none is u
 [[nodiscard]] inline int device_of(const gpu_uuid& u) {
   const std::vector<gpu_uuid> gpus = visible_gpus();
-  for (std::size_t d = 0; d < gpus.size(); ++d) {
-    if (gpus[d] == u) {
-      return static_cast<int>(d);
-    }
+  if (const int d = ordinal_in(gpus, u); d >= 0) {
+    return d;
   }
   std::string seen;
   for (std::size_t d = 0; d < gpus.size(); ++d) {

@@ -155,7 +155,7 @@ public:
     refuse_same_process("accept_window");
     // The memory's GPU, as this process numbers it: mapped here (the same GPU, or one reached by
     // P2P), else on that GPU with copies staged through host memory.
-    const int memory = local_ordinal(f.gpu);
+    const int memory = ordinal_in(st_->me().gpus, f.gpu);  // the hello listed this process's GPUs by ordinal
     if (memory < 0) {
       rdx::detail::throw_rdx(errc::unsupported, "same-host accept_window: the GPU " + to_string(f.gpu) +
                                                     " holding the memory is not visible in this process");
@@ -220,17 +220,6 @@ private:
                                  ": the peer is this process, and CUDA refuses to open a process's own IPC "
                                  "handles; use the device pointer directly (transport::same_process)");
     }
-  }
-  // The CUDA ordinal in this process of GPU u (the hello listed this process's GPUs by ordinal),
-  // or -1 when this process does not see it.
-  [[nodiscard]] int local_ordinal(const gpu_uuid& u) const {
-    const std::vector<gpu_uuid>& mine = st_->me().gpus;
-    for (std::size_t d = 0; d < mine.size(); ++d) {
-      if (mine[d] == u) {
-        return static_cast<int>(d);
-      }
-    }
-    return -1;
   }
   // The checked grant frame, or the reason it is refused, before anything is exported.
   [[nodiscard]] detail::frame grant_frame(std::size_t size, std::size_t offset, std::size_t count,

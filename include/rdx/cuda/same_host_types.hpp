@@ -65,6 +65,13 @@ using gpu_uuid = std::array<std::uint8_t, 16>;
   return u;
 }
 
+//! The CUDA ordinal of GPU u in a process whose GPUs are `gpus`, by ordinal (visible_gpus()
+//! or a peer's hello), or -1 when u is not among them.
+[[nodiscard]] inline int ordinal_in(const std::vector<gpu_uuid>& gpus, const gpu_uuid& u) noexcept {
+  const auto it = std::find(gpus.begin(), gpus.end(), u);
+  return it == gpus.end() ? -1 : static_cast<int>(it - gpus.begin());
+}
+
 //! How a window's copies reach memory that lies on a GPU of the host.
 enum class gpu_route : std::uint8_t {
   same_gpu,      //!< the memory is on this process's GPU
