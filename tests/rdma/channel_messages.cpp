@@ -103,16 +103,19 @@ TEST_CASE("buffers of messages taken in one poll are reposted with one doorbell"
   }
   CHECK(p.b.receives_reposted() - bufs0 == 8);
   CHECK(p.b.receive_doorbells() - calls0 == 1);  // one ibv_post_recv for all eight
-  // A message taken on its own (its receive started after it arrived) is
-  // reposted at once, and the credits all came back: the ring is whole.
-  auto s = tx.send(make_record(8));
-  REQUIRE(s.wait(20s) == std::error_code{});
-  auto r = rx.receive();
-  REQUIRE(r.wait(20s) == std::error_code{});
-  CHECK(r.value().seq == 8);
-  CHECK(p.b.receives_reposted() - bufs0 == 9);
+  // Messages taken one at a time (each receive started after its message
+  // arrived) wait for a batch of a quarter of recv_depth (4 here): the
+  // fourth's repost takes all four, with one doorbell.
+  for (std::uint64_t i = 8; i < 12; ++i) {
+    auto s = tx.send(make_record(i));
+    REQUIRE(s.wait(20s) == std::error_code{});
+    auto r = rx.receive();
+    REQUIRE(r.wait(20s) == std::error_code{});
+    CHECK(r.value().seq == i);
+    CHECK(p.b.receives_reposted() - bufs0 == (i < 11 ? 8u : 12u));
+  }
   CHECK(p.b.receive_doorbells() - calls0 == 2);
-  for (std::uint64_t i = 9; i < 60; ++i) {  // more than the ring: reposted buffers take them
+  for (std::uint64_t i = 12; i < 60; ++i) {  // more than the ring: reposted buffers take them
     auto si = tx.send(make_record(i));
     auto ri = rx.receive();
     REQUIRE(ri.wait(20s) == std::error_code{});
@@ -384,6 +387,59 @@ TEST_CASE("send_registered: bad sizes fail before anything is posted; a withdraw
   CHECK(into[0] == std::byte{0x11});
   REQUIRE(s3.wait(20s) == std::error_code{});
   CHECK(p.b.messages_waiting() == 0);
+}
+
+TEST_CASE("while a view holds a buffer, the buffers of copied messages are reposted at once") {
+  // Thirteen views hold 13 of b's 16 buffers; 3 credits are left to a.
+  // Were copied messages' buffers held back for a batch (4) here, a
+  // ping-pong would spend those 3 and wait for ever: b's replies would carry
+  // no credit for them. Reposted at once, each reply gives its credit back.
+  pair p(rdx::connection_attr{.recv_depth = 16, .message_size = 256}, no_rnr_retry());
+  rdx::channel<record> ab(p.a), ba(p.b);
+  std::vector<rdx::message_view<record>> views;
+  views.reserve(13);
+  for (std::uint64_t i = 0; i < 13; ++i) {
+    auto s = ab.send(make_record(i));
+    views.push_back(ba.receive_view());
+    REQUIRE(views.back().wait(20s) == std::error_code{});
+    REQUIRE(s.wait(20s) == std::error_code{});
+  }
+  const auto reposted0 = p.b.receives_reposted();
+  for (std::uint64_t i = 100; i < 140; ++i) {
+    auto s = ab.send(make_record(i));
+    auto r = ba.receive();
+    REQUIRE(r.wait(20s) == std::error_code{});
+    CHECK(same(r.value(), make_record(i)));
+    REQUIRE(s.wait(20s) == std::error_code{});
+    auto back = ba.send(make_record(i + 1000));
+    auto got = ab.receive();
+    REQUIRE(got.wait(20s) == std::error_code{});
+    CHECK(got.value().seq == i + 1000);
+    REQUIRE(back.wait(20s) == std::error_code{});
+  }
+  CHECK(p.b.receives_reposted() - reposted0 == 40);  // one for each, at once
+  for (std::uint64_t i = 0; i < 13; ++i) CHECK(same(views[i].view()[0], make_record(i)));
+  // Once the views are gone, copied messages' buffers wait for a batch again;
+  // a buffer held back goes at once when a view takes another.
+  const auto held = p.b.receives_reposted();
+  views.clear();
+  const auto reposted1 = p.b.receives_reposted();
+  CHECK(reposted1 - held == 13);
+  for (std::uint64_t i = 200; i < 202; ++i) {
+    auto s = ab.send(make_record(i));
+    auto r = ba.receive();
+    REQUIRE(r.wait(20s) == std::error_code{});
+    REQUIRE(s.wait(20s) == std::error_code{});
+  }
+  CHECK(p.b.receives_reposted() == reposted1);  // two held back
+  auto s = ab.send(make_record(202));
+  auto v = ba.receive_view();
+  REQUIRE(v.wait(20s) == std::error_code{});
+  REQUIRE(s.wait(20s) == std::error_code{});
+  CHECK(same(v.view()[0], make_record(202)));
+  CHECK(p.b.receives_reposted() - reposted1 == 2);  // the two, when the view took its buffer
+  CHECK_FALSE(p.a.failed());
+  CHECK_FALSE(p.b.failed());
 }
 
 TEST_CASE("receive_view: the message read where the NIC put it, its credit held until release") {

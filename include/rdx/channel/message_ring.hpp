@@ -103,8 +103,8 @@ public:
     }
     return ec;
   }
-  //! Queues buffer i (its message was taken) for post_queued(), due at once
-  //! with every buffer queued before it; on a pool, for the pool's next
+  //! Queues buffer i, which a view gave back, for post_queued(): due at
+  //! once with every buffer queued before it; on a pool, for the pool's next
   //! flush, with its credit.
   void queue_repost(std::uint32_t i) noexcept {
     if (pool_ != nullptr) [[unlikely]] {
@@ -113,11 +113,14 @@ public:
     link(i);
     repost_at_ = 1;
   }
-  //! Queues buffer i, whose message a handler took: on a ring of its own it
-  //! waits until a batch of them is queued (or one queued by queue_repost()),
-  //! so that a stream of handled messages reposts them with one
-  //! ibv_post_recv per batch; on a pool as queue_repost().
-  void queue_handled(std::uint32_t i) noexcept {
+  //! Queues buffer i, whose message was copied out (a receive, a
+  //! notification) or handed to a handler: on a ring of its own it waits
+  //! until a batch of them is queued, so that a stream of messages reposts
+  //! them with one ibv_post_recv per batch; while a view holds a buffer it
+  //! is due at once (as queue_repost: lend() and post_queued() set the
+  //! batch to one), since the views' buffers and those held back could then
+  //! take every credit of the peer. On a pool as queue_repost().
+  void queue_taken(std::uint32_t i) noexcept {
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);
     }
@@ -139,7 +142,7 @@ public:
       pool_->queue(i, nullptr);
     }
   }
-  //! Buffers queued whose repost is due (0 while only handled ones below a
+  //! Buffers queued whose repost is due (0 while only taken ones below a
   //! batch wait; on a pool: queued to the pool since its last flush here;
   //! another connection's flush may have posted them).
   [[nodiscard]] std::uint32_t queued() const noexcept { return queued_ >= repost_at_ ? queued_ : 0; }
@@ -155,7 +158,7 @@ public:
     }
     ++repost_calls_;
     const std::uint32_t n = std::exchange(queued_, 0);
-    repost_at_ = batch_;
+    repost_at_ = lent_ != 0 ? 1 : batch_;  // while a view holds a buffer, each at once (queue_taken)
     *link_ = nullptr;
     link_ = &first_;
     std::size_t posted = 0;
@@ -211,6 +214,7 @@ public:
     const bool was_lent = rx_[i].lent != nullptr;
     if (holder != nullptr && !was_lent) {
       ++lent_;
+      repost_at_ = 1;  // the buffers held back for a batch are due now (queue_taken)
     } else if (holder == nullptr && was_lent) {
       --lent_;
     }

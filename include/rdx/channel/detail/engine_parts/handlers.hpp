@@ -127,7 +127,7 @@ inline void engine::hand_over() noexcept {
       return;
     }
     h.call(h.store, ring_.data(i), n);
-    consume_handled(i);
+    consume(i);
     if (handler_sets_ != sets) [[unlikely]] {
       if (handler_.call != nullptr) {
         hand_over();
@@ -148,7 +148,7 @@ inline void engine::hand_one(std::uint32_t i, std::uint32_t n) noexcept {
     return;
   }
   h.call(h.store, ring_.data(i), n);
-  consume_handled(i);
+  consume(i);
   // The handler changed, or a poll inside it queued more: as hand_over() goes on.
   if (handler_sets_ != sets || ring_.messages_waiting() != 0) [[unlikely]] {
     if (handler_.call != nullptr) {

@@ -278,7 +278,7 @@ inline void engine::release_view(operation& op) noexcept {
   const std::uint32_t i = std::exchange(op.p_.slot, no_slot);
   op.dst_ = nullptr;
   ring_.lend(i, nullptr);
-  consume(i);
+  consume_released(i);
   if (polling_ == 0 && ring_.queued() != 0) {
     repost_consumed();
   }
