@@ -103,23 +103,14 @@ public:
     }
     return ec;
   }
-  //! Queues buffer i, which a view gave back, for post_queued(): due at
-  //! once with every buffer queued before it; on a pool, for the pool's next
-  //! flush, with its credit.
-  void queue_repost(std::uint32_t i) noexcept {
-    if (pool_ != nullptr) [[unlikely]] {
-      return queue_pooled(i);
-    }
-    link(i);
-    repost_at_ = 1;
-  }
   //! Queues buffer i, whose message was copied out (a receive, a
-  //! notification) or handed to a handler: on a ring of its own it waits
-  //! until a batch of them is queued, so that a stream of messages reposts
-  //! them with one ibv_post_recv per batch; while a view holds a buffer it
-  //! is due at once (as queue_repost: lend() and post_queued() set the
-  //! batch to one), since the views' buffers and those held back could then
-  //! take every credit of the peer. On a pool as queue_repost().
+  //! notification), handed to a handler or given back by a view: on a ring
+  //! of its own it waits until a batch of them is queued, so that a stream
+  //! of messages reposts them with one ibv_post_recv per batch; while a view
+  //! holds a buffer, and until the repost after the last one is given back,
+  //! it is due at once (lend() and post_queued() set the batch to one), since
+  //! the views' buffers and those held back could otherwise take every
+  //! credit of the peer. On a pool, for the pool's next flush, with its credit.
   void queue_taken(std::uint32_t i) noexcept {
     if (pool_ != nullptr) [[unlikely]] {
       return queue_pooled(i);

@@ -352,7 +352,6 @@ protected:
     }
   }
   void consume(std::uint32_t i) noexcept;
-  void consume_released(std::uint32_t i) noexcept;
   void repost_consumed() noexcept;
   void report_credits() noexcept;
   void housekeeping(std::chrono::steady_clock::time_point now) noexcept;

@@ -281,22 +281,14 @@ inline void engine::fail_sealed_window(const char* why) noexcept {
   fail(make_error_code(errc::integrity_failed));
 }
 
-// A taken buffer (its message copied out or handed to a handler), queued
-// for its repost (repost_consumed): with a batch of them
-// (message_ring::queue_taken).
+// A taken buffer (its message copied out or handed to a handler, or a view's
+// given back), queued for its repost (repost_consumed): with a batch of them,
+// or at once while views are about (message_ring::queue_taken).
 inline void engine::consume(std::uint32_t i) noexcept {
   if (failed_) [[unlikely]] {
     return ring_.drop(i);  // a pool's buffer goes back, without its credit
   }
   ring_.queue_taken(i);
-}
-
-// A buffer a view gave back: due at once, with those queued before it.
-inline void engine::consume_released(std::uint32_t i) noexcept {
-  if (failed_) [[unlikely]] {
-    return ring_.drop(i);
-  }
-  ring_.queue_repost(i);
 }
 
 // Reposts the taken buffers with one doorbell and counts them; credits go

@@ -278,7 +278,7 @@ inline void engine::release_view(operation& op) noexcept {
   const std::uint32_t i = std::exchange(op.p_.slot, no_slot);
   op.dst_ = nullptr;
   ring_.lend(i, nullptr);
-  consume_released(i);
+  consume(i);  // due at once: a view held it (message_ring::queue_taken)
   if (polling_ == 0 && ring_.queued() != 0) {
     repost_consumed();
   }
