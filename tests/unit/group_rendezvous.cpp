@@ -143,6 +143,56 @@ TEST_CASE("rendezvous: a rank that never comes is named to every rank within the
   CHECK(took < 5s);
 }
 
+TEST_CASE("rendezvous: ranks that called long before rank 0 listened still hear its verdict") {
+  // Ranks start unevenly on a loaded host: ranks 1 to 7 (5 never comes) call
+  // 3 s before rank 0 does, with a 4 s timeout, so their own deadline plus
+  // its grace (2 s) ends a second before rank 0's verdict. Rank 0 tells each,
+  // once its bytes are in, how long it may still wait: each is told.
+  const std::uint16_t port = port_for(14);
+  constexpr std::uint32_t n = 8;
+  std::vector<outcome> out(n);
+  std::vector<std::thread> ts;
+  for (std::uint32_t r = 1; r < n; ++r) {
+    if (r != 5) ts.emplace_back([&, r] { out[r] = run_rank(r, n, port, 4s); });
+  }
+  std::this_thread::sleep_for(3s);
+  out[0] = run_rank(0, n, port, 4s);
+  for (auto& t : ts) t.join();
+  CHECK(out[0].code == rdx::errc::timed_out);
+  CHECK_THAT(out[0].what, Catch::Contains("rank 5 of 8 never arrived"));
+  for (std::uint32_t r = 1; r < n; ++r) {
+    if (r == 5) continue;
+    INFO("rank " << r << ": " << out[r].what);
+    CHECK(out[r].code == rdx::errc::operation_failed);
+    CHECK_THAT(out[r].what, Catch::Contains("rank 5 of 8 never arrived"));
+  }
+}
+
+TEST_CASE("rendezvous: rank 0's word on how long to wait is bounded by the rank's own timeout") {
+  // A rank 0 that says "wait an hour" and then hangs: the rank waits its
+  // timeout (1 s) and the grace (2 s) from then, not an hour.
+  namespace d = rdx::group::detail;
+  const std::uint16_t port = port_for(15);
+  std::atomic<bool> done{false};
+  std::thread fake([&] {
+    auto l = rdx::tcp::listener::bind("127.0.0.1", port);
+    rdx::tcp::socket s = l.accept(10s);
+    std::vector<std::byte> in(d::rv_hello_size + bytes_of(1).size());
+    s.recv_exact(in, rdx::tcp::clock::now() + 5s);
+    s.send_all(d::rv_reply_header(d::rv_waiting, 3600u * 1000u), rdx::tcp::clock::now() + 5s);
+    while (!done.load()) std::this_thread::sleep_for(10ms);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const outcome o = run_rank(1, 2, port, 1s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  done = true;
+  fake.join();
+  CHECK(o.code == rdx::errc::timed_out);
+  CHECK_THAT(o.what, Catch::Contains("rendezvous reply (rank 0 waits for every rank)"));
+  CHECK(took >= 2900ms);
+  CHECK(took < 6s);
+}
+
 TEST_CASE("rendezvous: two processes claiming one rank fail the job, naming both") {
   // Rank 5 stays away, so the job cannot complete before both claims are in.
   const auto out = run_job(6, port_for(3), 10s, /*skip=*/5u, /*twice=*/3u);

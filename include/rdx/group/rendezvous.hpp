@@ -6,8 +6,11 @@
 // rank. The others connect (retrying until rank 0 listens), send a hello
 // {magic, version, rank, size, length} and their bytes, and wait for the
 // table: a reply header {magic, version, status, count}, the table's length
-// in bytes, then each rank's {length, bytes}, read by each rank in one go. Everything is bounded by one
-// deadline, and every failure is named:
+// in bytes, then each rank's {length, bytes}, read by each rank in one go.
+// Everything is bounded by rank 0's deadline: once a rank's bytes are in,
+// rank 0 tells it how long it may still wait (ranks start unevenly, and a
+// rank that called long before rank 0 listened waits for rank 0's verdict
+// rather than time out first). Every failure is named:
 //   - ranks that never arrived, listed;
 //   - two processes claiming one rank, or a rank that says the job has
 //     another size: the job is inconsistent, every rank is told why;

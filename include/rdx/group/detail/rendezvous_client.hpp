@@ -45,16 +45,27 @@ inline rendezvous_table rendezvous_client(const rank_info& me, std::span<const s
   }
   hello.insert(hello.end(), mine.begin(), mine.end());
   s.send_all(hello, deadline, "rendezvous hello");
-  // Rank 0 names the ranks missing at its own deadline, which began about
-  // when this one's did: its reason gets a grace period to arrive.
-  const auto reply_by =
-      deadline + std::max<std::chrono::milliseconds>(std::chrono::seconds(2), o.timeout / 10);
+  // Rank 0 names the ranks missing at its own deadline; its reason gets a
+  // grace period to arrive. Rank 0's deadline began when it listened, which
+  // can be after this one's (ranks start unevenly): once this rank's bytes
+  // are in, rank 0 says how long it may still wait (rv_waiting), and this
+  // rank waits that long, never more than one timeout from then.
+  const auto grace = std::max<std::chrono::milliseconds>(std::chrono::seconds(2), o.timeout / 10);
+  auto reply_by = deadline + grace;
   std::array<std::byte, rv_reply_size> h{};
   auto read_header = [&] {
-    s.recv_exact(h, reply_by, "rendezvous reply (rank 0 waits for every rank)");
-    if (get32(h.data()) != rv_magic || get16(h.data() + 4) != rv_version) {
-      throw error(errc::wire_format, "rendezvous at " + where +
-                                         ": the reply is not rdx::group's (another program on the port?)");
+    for (;;) {
+      s.recv_exact(h, reply_by, "rendezvous reply (rank 0 waits for every rank)");
+      if (get32(h.data()) != rv_magic || get16(h.data() + 4) != rv_version) {
+        throw error(errc::wire_format, "rendezvous at " + where +
+                                           ": the reply is not rdx::group's (another program on the port?)");
+      }
+      if (get16(h.data() + 6) != rv_waiting) {
+        return;
+      }
+      const auto left =
+          std::min<std::chrono::milliseconds>(std::chrono::milliseconds(get32(h.data() + 8)), o.timeout);
+      reply_by = std::max(reply_by, tcp::clock::now() + left + grace);
     }
   };
   read_header();

@@ -13,8 +13,10 @@
 #include <rdx/group/environment.hpp>
 #include <rdx/group/rendezvous_options.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -238,6 +240,20 @@ protected:
     table_[p.rank].assign(bytes.begin(), bytes.end());
     arrived_[p.rank] = true;
     ++count_;
+    tell_wait(p);
+  }
+
+  // Its bytes are in: it is told how long rank 0 may still wait for the
+  // others. A rank's own deadline began when it called, which can be well
+  // before rank 0 listened (ranks start unevenly on a loaded host); rank 0's
+  // verdict comes by its own deadline, and this says when that is. Twelve
+  // bytes into a socket that holds at most the challenge: the send never
+  // waits (if it fails, the rank keeps its own deadline).
+  void tell_wait(peer& p) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - tcp::clock::now());
+    const auto ms = static_cast<std::uint32_t>(std::max<std::chrono::milliseconds::rep>(left.count(), 0));
+    const std::vector<std::byte> w = rv_reply_header(rv_waiting, ms);
+    (void)::send(p.s.native_handle(), w.data(), w.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 
   // One process refused, by name; the job goes on without it.

@@ -23,12 +23,13 @@
 namespace rdx::group::detail {
 
 inline constexpr std::uint32_t rv_magic = 0x52445847;  // "RDXG"
-inline constexpr std::uint16_t rv_version = 2;
+inline constexpr std::uint16_t rv_version = 3;
 inline constexpr std::size_t rv_hello_size = 20;  // magic, version, flags, rank, size, length
 inline constexpr std::size_t rv_reply_size = 12;  // magic, version, status, count or text length
 inline constexpr std::uint16_t rv_ok = 0, rv_failed = 1;
 inline constexpr std::uint16_t rv_challenge = 2;  // keyed: rank 0's nonce follows
 inline constexpr std::uint16_t rv_refused = 3;    // keyed: this process is refused, the text follows
+inline constexpr std::uint16_t rv_waiting = 4;    // its bytes are in: rank 0 decides within count ms
 inline constexpr std::uint16_t rv_keyed = 1;      // a hello's flags: a nonce follows, a MAC later
 inline constexpr std::size_t rv_nonce_size = 32;
 using rv_mac = std::array<std::byte, keyed_mac::mac_size>;
