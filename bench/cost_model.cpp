@@ -137,7 +137,9 @@ struct options {
       "  --iterations N   measured operations per pass (default 256)\n"
       "  --warmup N       unmeasured operations before each pass (default 32)\n"
       "  --ucx            also UCX's twins of window_write (ucp_put_nbx and its flush)\n"
-      "                   and channel_64 (ucp_am_send_nbx and its handler)\n"
+      "                   and channel_64 (ucp_am_send_nbx and its handler); with\n"
+      "                   --peers N, UCX's two workers hold N - 1 other endpoint\n"
+      "                   pairs too, wired up and idle\n"
       "  --peers N        rdx's connections on two workers (rdx::worker), each with\n"
       "                   N - 1 other connections attached, idle; the operations are\n"
       "                   named OP@N (default: connections of their own, no worker)\n"
@@ -885,7 +887,7 @@ void run(const options& o) {
   // message counts the send, the receiver's progress that runs its handler
   // and the sender's progress that completes the send.
   if (o.ucx) {
-    ucx_twin::pair u;
+    ucx_twin::pair u(o.peers);
     if (r.wanted("window_write")) {
       r.pass("ucx", "window_write", [&](bool m) {
         collect(m);

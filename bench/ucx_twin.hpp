@@ -6,8 +6,12 @@
 // ucp_worker_progress. channel_64: ucp_am_send_nbx of 64 bytes and its
 // receipt in the peer's active-message handler (which copies it out, as
 // rdx's receive does), both workers progressed until both ends are done.
-// On Soft-RoCE, UCX 1.13 connects only with UCX_IB_GID_INDEX=0 (its UD
-// wire-up fails on the IPv4-mapped GID); cost_model.sh sets it.
+// With peers N (rdx_cost_model --peers N), each worker also holds N - 1
+// other endpoints to the other, each wired up by a message and a put before
+// anything is counted and idle after, as rdx's workers hold N - 1 idle
+// connections beside the measured one. On Soft-RoCE, UCX 1.13 connects only
+// with UCX_IB_GID_INDEX=0 (its UD wire-up fails on the IPv4-mapped GID);
+// cost_model.sh sets it.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +43,9 @@ struct pair {
   std::byte received[4096] = {};
   std::size_t received_bytes = 0;
   std::uint64_t arrivals = 0;
+  std::vector<ucp_ep_h> idle;  // the other endpoints of both workers (peers - 1 pairs)
 
-  pair() {
+  explicit pair(unsigned peers = 0) {
     ucp_config_t* cfg = nullptr;
     check(ucp_config_read(nullptr, nullptr, &cfg), "ucp_config_read");
     ucp_params_t p{};
@@ -83,13 +88,29 @@ struct pair {
       while (arrivals == before) progress_both();
       wait(r, false);
     }
+    // The other peers: an endpoint each way, each wired up by a message that
+    // arrives and a flush that ends, then left idle.
+    for (unsigned i = 1; i < peers; ++i) {
+      const ucp_ep_h a = connect(wa, wb);
+      idle.push_back(a);
+      const ucp_ep_h b = connect(wb, wa);
+      idle.push_back(b);
+      const std::uint64_t before = arrivals;
+      ucs_status_ptr_t r = send(64, a);
+      while (arrivals == before) progress_both();
+      wait(r, true);
+      ucp_request_param_t rp{};
+      wait(ucp_ep_flush_nbx(b, &rp), true);
+    }
   }
   pair(const pair&) = delete;
   pair& operator=(const pair&) = delete;
   ~pair() {
     if (rkey != nullptr) ucp_rkey_destroy(rkey);
     if (mem != nullptr) ucp_mem_unmap(ctx, mem);
-    for (ucp_ep_h e : {ea, eb}) {
+    idle.push_back(ea);
+    idle.push_back(eb);
+    for (ucp_ep_h e : idle) {
       if (e == nullptr) continue;
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -145,9 +166,10 @@ struct pair {
     return f;
   }
 
-  ucs_status_ptr_t send(std::size_t bytes) {
+  ucs_status_ptr_t send(std::size_t bytes) { return send(bytes, ea); }
+  ucs_status_ptr_t send(std::size_t bytes, ucp_ep_h from) {
     ucp_request_param_t rp{};
-    ucs_status_ptr_t p = ucp_am_send_nbx(ea, 1, nullptr, 0, source.data(), bytes, &rp);
+    ucs_status_ptr_t p = ucp_am_send_nbx(from, 1, nullptr, 0, source.data(), bytes, &rp);
     if (UCS_PTR_IS_ERR(p)) fail("ucp_am_send_nbx", UCS_PTR_STATUS(p));
     return p;
   }
@@ -166,6 +188,7 @@ struct pair {
 
   // Progresses until r ends (the peer too when both is set), then frees it.
   void wait(ucs_status_ptr_t r, bool both) {
+    if (UCS_PTR_IS_ERR(r)) fail("request", UCS_PTR_STATUS(r));
     for (long i = 0; !done(r); ++i) {
       (void)ucp_worker_progress(wa);
       if (both) (void)ucp_worker_progress(wb);
