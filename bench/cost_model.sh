@@ -65,6 +65,12 @@ valgrind --tool=callgrind "${sim[@]}" --collect-atstart=no --callgrind-out-file=
 # valgrind's notes about the verbs ioctls it does not model are not errors.
 grep -v -e '^==[0-9]*== *$' -e 'noted but unhandled ioctl' -e 'This could cause spurious' \
   -e 'See README_MISSING_SYSCALL' -e 'set address range perms' "$out/stderr.txt" >&2 || true
+if [ $rc = 137 ]; then
+  echo "cost_model.sh: rdx_cost_model was killed under valgrind (exit 137), most likely for memory:" \
+    "with --ucx --peers 1024 UCX's 1023 more endpoint pairs need a VM of 4 GiB" \
+    "(RDX_VM_MEM=4096 for cmake/softroce/rdx-run-rdma; the default is 768 MB)" >&2
+  exit 1
+fi
 [ $rc = 0 ] || { echo "cost_model.sh: rdx_cost_model failed under valgrind (exit $rc)" >&2; exit 1; }
 
 # One dump per pass: "desc: Trigger: Client Request: API/OP/N", "events:"
