@@ -7,9 +7,9 @@
 // receipt in the peer's active-message handler (which copies it out, as
 // rdx's receive does), both workers progressed until both ends are done.
 // With peers N (rdx_cost_model --peers N), each worker also holds N - 1
-// other endpoints to the other, each wired up by a message and a put before
-// anything is counted and idle after, as rdx's workers hold N - 1 idle
-// connections beside the measured one. On Soft-RoCE, UCX 1.13 connects only
+// other endpoints to the other, wired up (the first worker's by a message,
+// the other's by a flush) before anything is counted and idle after, as
+// rdx's workers hold N - 1 idle connections beside the measured one. On Soft-RoCE, UCX 1.13 connects only
 // with UCX_IB_GID_INDEX=0 (its UD wire-up fails on the IPv4-mapped GID);
 // cost_model.sh sets it.
 #pragma once

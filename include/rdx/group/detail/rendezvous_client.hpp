@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rdx::group::detail {
@@ -49,9 +50,11 @@ inline rendezvous_table rendezvous_client(const rank_info& me, std::span<const s
   // grace period to arrive. Rank 0's deadline began when it listened, which
   // can be after this one's (ranks start unevenly): once this rank's bytes
   // are in, rank 0 says how long it may still wait (rv_waiting), and this
-  // rank waits that long, never more than one timeout from then.
+  // rank waits that long, never more than one timeout from then. Only the
+  // first such word counts: more cannot move the deadline again.
   const auto grace = std::max<std::chrono::milliseconds>(std::chrono::seconds(2), o.timeout / 10);
   auto reply_by = deadline + grace;
+  bool told = false;
   std::array<std::byte, rv_reply_size> h{};
   auto read_header = [&] {
     for (;;) {
@@ -62,6 +65,9 @@ inline rendezvous_table rendezvous_client(const rank_info& me, std::span<const s
       }
       if (get16(h.data() + 6) != rv_waiting) {
         return;
+      }
+      if (std::exchange(told, true)) {
+        continue;
       }
       const auto left =
           std::min<std::chrono::milliseconds>(std::chrono::milliseconds(get32(h.data() + 8)), o.timeout);
